@@ -1,0 +1,20 @@
+//! # shardplane-apimachinery
+//!
+//! Owns the Kubernetes API conventions every shardplane process speaks: the `Status` error objects
+//! ([`status`]), the table of served resources ([`resources`]), list and watch options with
+//! upstream's resourceVersion rules ([`list_options`]), label and field selectors
+//! ([`selectors`]), continue tokens ([`continue_token`]), object metadata rules ([`meta`]) and the
+//! three patch formats ([`patch`]).
+//!
+//! It must never do I/O or hold state: it turns requests into validated values and objects into
+//! objects, so the shard, the router and the conformance suite all agree on one reading of the API.
+
+pub mod continue_token;
+pub mod list_options;
+pub mod meta;
+pub mod patch;
+pub mod resources;
+pub mod selectors;
+pub mod status;
+
+pub use status::ApiError;

@@ -1,0 +1,339 @@
+//! Object metadata rules: name and label validation, server-set fields on create and update.
+//!
+//! Objects are handled as `serde_json::Value` only transiently while a write is prepared; the
+//! cache and the wire keep bytes.
+
+use crate::resources::{NameRule, ResourceInfo};
+use crate::status::{cause, StatusCause};
+use serde_json::{Map, Value};
+
+const DNS1123_LABEL_MAX: usize = 63;
+const DNS1123_SUBDOMAIN_MAX: usize = 253;
+/// Upstream's limit on the total size of annotations.
+pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+
+fn is_alnum_lower(c: u8) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit()
+}
+
+/// RFC 1123 label: lower-case alphanumerics and '-', starting and ending alphanumeric, ≤ 63.
+pub fn validate_dns1123_label(s: &str) -> Result<(), String> {
+    let b = s.as_bytes();
+    if b.is_empty() || b.len() > DNS1123_LABEL_MAX {
+        return Err(format!("must be no more than {DNS1123_LABEL_MAX} characters"));
+    }
+    if !b.iter().all(|c| is_alnum_lower(*c) || *c == b'-') || !is_alnum_lower(b[0]) || !is_alnum_lower(b[b.len() - 1]) {
+        return Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into());
+    }
+    Ok(())
+}
+
+/// RFC 1035 label: like an RFC 1123 label but starting with a letter.
+pub fn validate_dns1035_label(s: &str) -> Result<(), String> {
+    validate_dns1123_label(s).and_then(|_| {
+        if s.as_bytes()[0].is_ascii_lowercase() {
+            Ok(())
+        } else {
+            Err("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into())
+        }
+    })
+}
+
+/// RFC 1123 subdomain: dot-separated labels, ≤ 253.
+pub fn validate_dns1123_subdomain(s: &str) -> Result<(), String> {
+    if s.is_empty() || s.len() > DNS1123_SUBDOMAIN_MAX {
+        return Err(format!("must be no more than {DNS1123_SUBDOMAIN_MAX} characters"));
+    }
+    if s.split('.').all(|l| validate_dns1123_label(l).is_ok()) {
+        Ok(())
+    } else {
+        Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into())
+    }
+}
+
+fn qualified_name_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+/// A label or annotation key: `[prefix/]name`, the prefix a DNS subdomain.
+pub fn validate_qualified_name(s: &str) -> Result<(), String> {
+    let (prefix, name) = match s.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, s),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() {
+            return Err("prefix part must be non-empty".into());
+        }
+        validate_dns1123_subdomain(p).map_err(|e| format!("prefix part {e}"))?;
+    }
+    if name.contains('/') || !qualified_name_part(name) {
+        return Err("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')".into());
+    }
+    Ok(())
+}
+
+/// A label value: empty, or ≤ 63 alphanumerics with '-', '_', '.' inside.
+pub fn validate_label_value(s: &str) -> Result<(), String> {
+    if s.is_empty() || qualified_name_part(s) {
+        Ok(())
+    } else if s.len() > 63 {
+        Err("must be no more than 63 characters".into())
+    } else {
+        Err("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".into())
+    }
+}
+
+/// Validates `metadata.name` under a resource's rule.
+pub fn validate_name(rule: NameRule, name: &str) -> Result<(), String> {
+    match rule {
+        NameRule::Subdomain => validate_dns1123_subdomain(name),
+        NameRule::Label => validate_dns1123_label(name),
+        NameRule::Label1035 => validate_dns1035_label(name),
+        NameRule::PathSegment => {
+            if name == "." || name == ".." {
+                Err(format!("may not be '{name}'"))
+            } else if name.contains('/') || name.contains('%') {
+                Err("may not contain '/' or '%'".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The current time as upstream writes `metav1.Time`: RFC 3339, whole seconds, UTC.
+pub fn now_rfc3339() -> String {
+    jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+/// A new object uid (random UUID v4, canonical text form).
+pub fn new_uid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// `generateName` plus 5 random characters from upstream's alphabet, capped like upstream.
+pub fn generate_name(prefix: &str) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    const MAX_PREFIX: usize = 63 - 5;
+    let prefix = if prefix.len() > MAX_PREFIX { &prefix[..MAX_PREFIX] } else { prefix };
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let suffix: String = bytes.iter().take(5).map(|b| ALPHABET[*b as usize % ALPHABET.len()] as char).collect();
+    format!("{prefix}{suffix}")
+}
+
+/// `obj.metadata` as a mutable map, created if absent or not an object.
+pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = Value::Object(Map::new());
+    }
+    obj["metadata"].as_object_mut().expect("metadata is an object")
+}
+
+/// `obj.metadata.<field>` as a string, or "".
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> &'a str {
+    obj.get("metadata").and_then(|m| m.get(field)).and_then(Value::as_str).unwrap_or("")
+}
+
+fn validate_string_map(m: &Value, field: &str, values_are_labels: bool, causes: &mut Vec<StatusCause>) {
+    let Some(map) = m.as_object() else {
+        if !m.is_null() {
+            causes.push(cause("FieldValueInvalid", field, "Invalid value: must be a map of strings"));
+        }
+        return;
+    };
+    let mut total = 0;
+    for (k, v) in map {
+        if let Err(e) = validate_qualified_name(k) {
+            causes.push(cause("FieldValueInvalid", field, format!("Invalid value: {k:?}: {e}")));
+        }
+        match v.as_str() {
+            Some(s) => {
+                total += k.len() + s.len();
+                if values_are_labels {
+                    if let Err(e) = validate_label_value(s) {
+                        causes.push(cause("FieldValueInvalid", &format!("{field}"), format!("Invalid value: {s:?}: {e}")));
+                    }
+                }
+            }
+            None => causes.push(cause("FieldValueInvalid", &format!("{field}.{k}"), "Invalid value: must be a string")),
+        }
+    }
+    if !values_are_labels && total > TOTAL_ANNOTATION_SIZE_LIMIT {
+        causes.push(cause("FieldValueTooLong", field, format!("Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes")));
+    }
+}
+
+/// Validates an incoming object's type and metadata against the resource and request path.
+/// Returns the causes for a 422; an empty vector means valid.
+pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    let name = meta_str(obj, "name");
+    if name.is_empty() {
+        causes.push(cause("FieldValueRequired", "metadata.name", "Required value: name or generateName is required"));
+    } else if let Err(e) = validate_name(info.name_rule, name) {
+        causes.push(cause("FieldValueInvalid", "metadata.name", format!("Invalid value: {name:?}: {e}")));
+    }
+    if let Some(meta) = obj.get("metadata") {
+        if let Some(l) = meta.get("labels") {
+            validate_string_map(l, "metadata.labels", true, &mut causes);
+        }
+        if let Some(a) = meta.get("annotations") {
+            validate_string_map(a, "metadata.annotations", false, &mut causes);
+        }
+        if let Some(f) = meta.get("finalizers") {
+            if !f.is_null() && !f.as_array().is_some_and(|a| a.iter().all(|x| x.as_str().is_some_and(|s| validate_qualified_name(s).is_ok()))) {
+                causes.push(cause("FieldValueInvalid", "metadata.finalizers", "Invalid value: finalizers must be qualified names"));
+            }
+        }
+    }
+    causes
+}
+
+/// Sets the server-owned fields of a new object (`resourceVersion` is added when it is read back).
+pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
+    let meta = metadata_mut(obj);
+    meta.insert("uid".into(), Value::String(new_uid()));
+    meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
+    for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
+        meta.remove(f);
+    }
+    if info.tracks_generation {
+        meta.insert("generation".into(), Value::from(1));
+    } else {
+        meta.remove("generation");
+    }
+    if info.plural == "namespaces" && info.group.is_empty() {
+        obj["spec"] = serde_json::json!({"finalizers": ["kubernetes"]});
+        obj["status"] = serde_json::json!({"phase": "Active"});
+    } else if info.has_status && info.plural != "services" && info.plural != "pods" {
+        // Status is written through the status subresource; a create starts without one.
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("status");
+        }
+    }
+    if info.plural == "pods" && info.group.is_empty() {
+        let status = obj.as_object_mut().expect("object").entry("status").or_insert_with(|| serde_json::json!({}));
+        if let Some(s) = status.as_object_mut() {
+            s.entry("phase").or_insert_with(|| Value::String("Pending".into()));
+            s.entry("qosClass").or_insert_with(|| Value::String("BestEffort".into()));
+        }
+    }
+}
+
+/// Which part of an object a write may change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subresource {
+    /// The main resource: status is kept from the stored object (when a status subresource exists).
+    Main,
+    /// The status subresource: spec is kept from the stored object.
+    Status,
+}
+
+/// Carries server-owned fields from `old` into `new` and applies the subresource rules.
+pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub: Subresource) {
+    let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
+    {
+        let meta = metadata_mut(new);
+        for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace", "name"] {
+            match old_meta.get(f) {
+                Some(v) => {
+                    meta.insert(f.into(), v.clone());
+                }
+                None => {
+                    meta.remove(f);
+                }
+            }
+        }
+        meta.remove("resourceVersion");
+        meta.remove("selfLink");
+    }
+    let new_obj = new.as_object_mut().expect("object");
+    match sub {
+        Subresource::Main if info.has_status => match old.get("status") {
+            Some(s) => {
+                new_obj.insert("status".into(), s.clone());
+            }
+            None => {
+                new_obj.remove("status");
+            }
+        },
+        Subresource::Status => {
+            match old.get("spec") {
+                Some(s) => new_obj.insert("spec".into(), s.clone()),
+                None => new_obj.remove("spec"),
+            };
+            if info.plural == "namespaces" && info.group.is_empty() {
+                // Namespace phase is server-managed: a status write may add conditions only.
+                if let Some(phase) = old.pointer("/status/phase").cloned() {
+                    if let Some(st) = new_obj.get_mut("status").and_then(Value::as_object_mut) {
+                        st.insert("phase".into(), phase);
+                    }
+                }
+            }
+        }
+        Subresource::Main => {}
+    }
+    if info.tracks_generation && sub == Subresource::Main && old.get("spec") != new.get("spec") {
+        let g = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
+        metadata_mut(new).insert("generation".into(), Value::from(g));
+    }
+}
+
+/// Sets `metadata.resourceVersion` on an object read back from storage.
+pub fn set_resource_version(obj: &mut Value, rv: u64) {
+    metadata_mut(obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
+}
+
+/// Whether the object still has finalizers.
+pub fn has_finalizers(obj: &Value) -> bool {
+    obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::{builtin_resources, find};
+
+    #[test]
+    fn names() {
+        assert!(validate_dns1123_subdomain("a.b-c.d").is_ok());
+        assert!(validate_dns1123_subdomain("A").is_err());
+        assert!(validate_dns1123_label("a.b").is_err());
+        assert!(validate_dns1035_label("1abc").is_err());
+        assert!(validate_qualified_name("example.com/app").is_ok());
+        assert!(validate_qualified_name("/app").is_err());
+        assert!(validate_label_value(&"a".repeat(64)).is_err());
+        let g = generate_name("web-");
+        assert!(g.starts_with("web-") && g.len() == 9 && validate_dns1123_subdomain(&g).is_ok());
+    }
+
+    #[test]
+    fn generation_moves_only_with_spec() {
+        let all = builtin_resources();
+        let deploy = find(&all, "apps", "v1", "deployments").unwrap();
+        let mut old = serde_json::json!({"metadata": {"name": "d"}, "spec": {"replicas": 1}});
+        prepare_for_create(deploy, &mut old);
+        assert_eq!(old["metadata"]["generation"], 1);
+        let mut relabel = old.clone();
+        relabel["metadata"]["labels"] = serde_json::json!({"a": "b"});
+        prepare_for_update(deploy, &old, &mut relabel, Subresource::Main);
+        assert_eq!(relabel["metadata"]["generation"], 1);
+        let mut scale = old.clone();
+        scale["spec"]["replicas"] = 3.into();
+        prepare_for_update(deploy, &old, &mut scale, Subresource::Main);
+        assert_eq!(scale["metadata"]["generation"], 2);
+        assert_eq!(scale["metadata"]["uid"], old["metadata"]["uid"]);
+        let mut status = old.clone();
+        status["spec"]["replicas"] = 9.into();
+        status["status"] = serde_json::json!({"replicas": 1});
+        prepare_for_update(deploy, &old, &mut status, Subresource::Status);
+        assert_eq!(status["spec"]["replicas"], 1);
+        assert_eq!(status["status"]["replicas"], 1);
+    }
+}

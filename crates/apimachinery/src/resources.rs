@@ -1,0 +1,224 @@
+//! The table of served resources. Adding a built-in resource is one [`builtin`] call: group,
+//! version, kind, plural and scope come from k8s-openapi's `Resource` trait; the rest are the
+//! upstream registry facts k8s-openapi does not carry (short names, subresources, selectable
+//! fields, which delete returns the object).
+
+use k8s_openapi::{ClusterResourceScope, NamespaceResourceScope};
+
+/// Which upstream name rule validates `metadata.name`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// RFC 1123 subdomain (most kinds).
+    Subdomain,
+    /// RFC 1123 label (namespaces).
+    Label,
+    /// RFC 1035 label (services).
+    Label1035,
+    /// Any path segment (events).
+    PathSegment,
+}
+
+/// Everything the server needs to know about one served resource.
+#[derive(Clone, Debug)]
+pub struct ResourceInfo {
+    /// API group, `""` for core.
+    pub group: &'static str,
+    /// API version (`v1`).
+    pub version: &'static str,
+    /// Kind (`ConfigMap`).
+    pub kind: &'static str,
+    /// Kind of the list (`ConfigMapList`).
+    pub list_kind: String,
+    /// Plural resource name (`configmaps`).
+    pub plural: &'static str,
+    /// Singular name (lower-case kind).
+    pub singular: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Short names for discovery (`cm`).
+    pub short_names: &'static [&'static str],
+    /// Categories for discovery (`all`).
+    pub categories: &'static [&'static str],
+    /// Whether the `status` subresource exists (main-resource writes then ignore status).
+    pub has_status: bool,
+    /// Whether `metadata.generation` is bumped on spec changes.
+    pub tracks_generation: bool,
+    /// Whether DELETE answers with the object (else a Success Status).
+    pub returns_deleted_object: bool,
+    /// Whether PUT of a missing object creates it.
+    pub allow_create_on_update: bool,
+    /// Field selectors beyond `metadata.name` and `metadata.namespace`.
+    pub selectable_fields: &'static [&'static str],
+    /// Name validation rule.
+    pub name_rule: NameRule,
+}
+
+impl ResourceInfo {
+    /// `apiVersion` as written in objects: `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.to_owned() } else { format!("{}/{}", self.group, self.version) }
+    }
+
+    /// Whether a field selector label is supported for this resource.
+    pub fn supports_field(&self, field: &str) -> bool {
+        matches!(field, "metadata.name") || (field == "metadata.namespace") || self.selectable_fields.contains(&field)
+    }
+}
+
+/// Maps a k8s-openapi scope type to "namespaced or not".
+pub trait Scope {
+    /// Whether the scope is a namespace.
+    const NAMESPACED: bool;
+}
+impl Scope for NamespaceResourceScope {
+    const NAMESPACED: bool = true;
+}
+impl Scope for ClusterResourceScope {
+    const NAMESPACED: bool = false;
+}
+
+/// The registry facts k8s-openapi does not carry. Defaults describe a plain namespaced object.
+#[derive(Clone, Copy)]
+pub struct Extra {
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    pub has_status: bool,
+    pub tracks_generation: bool,
+    pub returns_deleted_object: bool,
+    pub allow_create_on_update: bool,
+    pub selectable_fields: &'static [&'static str],
+    pub name_rule: NameRule,
+}
+
+impl Extra {
+    const PLAIN: Extra = Extra {
+        short_names: &[],
+        categories: &[],
+        has_status: false,
+        tracks_generation: false,
+        returns_deleted_object: false,
+        allow_create_on_update: false,
+        selectable_fields: &[],
+        name_rule: NameRule::Subdomain,
+    };
+    /// A workload with spec/status, generation and scale-like behaviour.
+    const WORKLOAD: Extra = Extra { categories: &["all"], has_status: true, tracks_generation: true, ..Extra::PLAIN };
+}
+
+/// Declares a built-in resource from its k8s-openapi type.
+pub fn builtin<K>(extra: Extra) -> ResourceInfo
+where
+    K: k8s_openapi::Resource + k8s_openapi::ListableResource,
+    K::Scope: Scope,
+{
+    ResourceInfo {
+        group: K::GROUP,
+        version: K::VERSION,
+        kind: K::KIND,
+        list_kind: K::LIST_KIND.to_owned(),
+        plural: K::URL_PATH_SEGMENT,
+        singular: K::KIND.to_ascii_lowercase(),
+        namespaced: <K::Scope as Scope>::NAMESPACED,
+        short_names: extra.short_names,
+        categories: extra.categories,
+        has_status: extra.has_status,
+        tracks_generation: extra.tracks_generation,
+        returns_deleted_object: extra.returns_deleted_object,
+        allow_create_on_update: extra.allow_create_on_update,
+        selectable_fields: extra.selectable_fields,
+        name_rule: extra.name_rule,
+    }
+}
+
+/// Every resource a shard serves, in discovery order.
+pub fn builtin_resources() -> Vec<ResourceInfo> {
+    use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core};
+    vec![
+        builtin::<core::Namespace>(Extra {
+            short_names: &["ns"],
+            has_status: true,
+            returns_deleted_object: true,
+            selectable_fields: &["status.phase"],
+            name_rule: NameRule::Label,
+            ..Extra::PLAIN
+        }),
+        builtin::<core::ConfigMap>(Extra { short_names: &["cm"], ..Extra::PLAIN }),
+        builtin::<core::Secret>(Extra { selectable_fields: &["type"], ..Extra::PLAIN }),
+        builtin::<core::Pod>(Extra {
+            short_names: &["po"],
+            categories: &["all"],
+            has_status: true,
+            returns_deleted_object: true,
+            selectable_fields: &[
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            ],
+            ..Extra::PLAIN
+        }),
+        builtin::<core::Service>(Extra {
+            short_names: &["svc"],
+            categories: &["all"],
+            has_status: true,
+            returns_deleted_object: true,
+            selectable_fields: &["spec.clusterIP", "spec.type"],
+            name_rule: NameRule::Label1035,
+            ..Extra::PLAIN
+        }),
+        builtin::<core::Endpoints>(Extra { short_names: &["ep"], allow_create_on_update: true, ..Extra::PLAIN }),
+        builtin::<core::ServiceAccount>(Extra { short_names: &["sa"], ..Extra::PLAIN }),
+        builtin::<core::Event>(Extra {
+            short_names: &["ev"],
+            allow_create_on_update: true,
+            selectable_fields: &[
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            ],
+            name_rule: NameRule::PathSegment,
+            ..Extra::PLAIN
+        }),
+        builtin::<core::PodTemplate>(Extra::PLAIN),
+        builtin::<core::ReplicationController>(Extra { short_names: &["rc"], selectable_fields: &["status.replicas"], ..Extra::WORKLOAD }),
+        builtin::<coord::Lease>(Extra { allow_create_on_update: true, ..Extra::PLAIN }),
+        builtin::<apps::Deployment>(Extra { short_names: &["deploy"], ..Extra::WORKLOAD }),
+        builtin::<apps::ReplicaSet>(Extra { short_names: &["rs"], selectable_fields: &["status.replicas"], ..Extra::WORKLOAD }),
+        builtin::<apps::StatefulSet>(Extra { short_names: &["sts"], ..Extra::WORKLOAD }),
+        builtin::<apps::DaemonSet>(Extra { short_names: &["ds"], ..Extra::WORKLOAD }),
+        builtin::<batch::Job>(Extra { selectable_fields: &["status.successful"], ..Extra::WORKLOAD }),
+    ]
+}
+
+/// Looks up a resource by group, version and plural.
+pub fn find<'a>(resources: &'a [ResourceInfo], group: &str, version: &str, plural: &str) -> Option<&'a ResourceInfo> {
+    resources.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trait_facts_flow_into_the_table() {
+        let all = builtin_resources();
+        let deploy = find(&all, "apps", "v1", "deployments").unwrap();
+        assert_eq!((deploy.kind, deploy.list_kind.as_str(), deploy.namespaced), ("Deployment", "DeploymentList", true));
+        let ns = find(&all, "", "v1", "namespaces").unwrap();
+        assert!(!ns.namespaced);
+        assert_eq!(ns.api_version(), "v1");
+        assert_eq!(find(&all, "coordination.k8s.io", "v1", "leases").unwrap().api_version(), "coordination.k8s.io/v1");
+    }
+}

@@ -1,0 +1,216 @@
+//! # shardplane-storage
+//!
+//! Owns every conversation with etcd: create-if-absent, compare-and-swap updates and deletes on
+//! `mod_revision`, reads of one key, paged reads of a key range at one revision, range watches
+//! with previous values and in-band progress, the current revision, and periodic compaction.
+//!
+//! It must never interpret object bytes or know about HTTP: values go in and come out as bytes,
+//! and revisions are etcd's own. The key layout lives in `shardplane-keyspace`.
+
+mod compaction;
+mod watch;
+
+pub use compaction::run_compactor;
+pub use watch::{ProgressRequester, RangeWatch, RangeWatchStream, WatchEvent, WatchItem};
+
+use bytes::Bytes;
+use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+
+/// A key, its value and its revisions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kv {
+    pub key: Vec<u8>,
+    pub value: Bytes,
+    pub mod_revision: u64,
+    pub create_revision: u64,
+}
+
+impl Kv {
+    fn from_etcd(kv: &etcd_client::KeyValue) -> Self {
+        Self {
+            key: kv.key().to_vec(),
+            value: Bytes::copy_from_slice(kv.value()),
+            mod_revision: kv.mod_revision() as u64,
+            create_revision: kv.create_revision() as u64,
+        }
+    }
+}
+
+/// Why a storage call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// Create of a key that exists.
+    #[error("key already exists")]
+    AlreadyExists,
+    /// The key does not exist.
+    #[error("key not found")]
+    NotFound,
+    /// A compare-and-swap lost: the key's current state (None if it is gone).
+    #[error("revision precondition failed")]
+    Conflict { current: Option<Kv> },
+    /// The requested revision was compacted.
+    #[error("required revision {requested} has been compacted (compacted at {compacted})")]
+    Compacted { requested: u64, compacted: u64 },
+    /// etcd could not be reached or answered with an error.
+    #[error("etcd: {0}")]
+    Etcd(String),
+}
+
+impl From<etcd_client::Error> for StorageError {
+    fn from(e: etcd_client::Error) -> Self {
+        StorageError::Etcd(e.to_string())
+    }
+}
+
+/// Result alias.
+pub type Result<T> = std::result::Result<T, StorageError>;
+
+/// Page size of range reads (keeps each etcd response well under its 4 MiB gRPC limit).
+pub const RANGE_PAGE: i64 = 500;
+
+/// A handle on etcd; cheap to clone.
+#[derive(Clone)]
+pub struct Storage {
+    client: Client,
+}
+
+impl Storage {
+    /// Connects to the given endpoints (`http://127.0.0.1:2379`).
+    pub async fn connect(endpoints: &[String]) -> Result<Self> {
+        let opts = etcd_client::ConnectOptions::new()
+            .with_connect_timeout(std::time::Duration::from_secs(5))
+            .with_timeout(std::time::Duration::from_secs(30));
+        Ok(Self { client: Client::connect(endpoints, Some(opts)).await? })
+    }
+
+    /// The raw client, for watches and maintenance.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The current revision of the store (a quorum read that returns no data).
+    pub async fn current_revision(&self) -> Result<u64> {
+        let resp = self.client.kv_client().get("\0", Some(GetOptions::new().with_count_only())).await?;
+        Ok(resp.header().map_or(0, |h| h.revision() as u64))
+    }
+
+    /// Reads one key at the current revision; also returns that revision.
+    pub async fn get(&self, key: &[u8]) -> Result<(Option<Kv>, u64)> {
+        let resp = self.client.kv_client().get(key, None).await?;
+        let rev = resp.header().map_or(0, |h| h.revision() as u64);
+        Ok((resp.kvs().first().map(Kv::from_etcd), rev))
+    }
+
+    /// Creates `key` only if it does not exist. Returns the new revision.
+    pub async fn create(&self, key: &[u8], value: Vec<u8>) -> Result<u64> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+            .and_then([TxnOp::put(key, value, None)]);
+        let resp = self.client.kv_client().txn(txn).await?;
+        if !resp.succeeded() {
+            return Err(StorageError::AlreadyExists);
+        }
+        Ok(resp.header().map_or(0, |h| h.revision() as u64))
+    }
+
+    /// Replaces `key` if its mod_revision is still `expected`. Returns the new revision.
+    pub async fn update(&self, key: &[u8], value: Vec<u8>, expected: u64) -> Result<u64> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, expected as i64)])
+            .and_then([TxnOp::put(key, value, None)])
+            .or_else([TxnOp::get(key, None)]);
+        self.cas(txn).await
+    }
+
+    /// Deletes `key` if its mod_revision is still `expected`. Returns the deletion revision.
+    pub async fn delete(&self, key: &[u8], expected: u64) -> Result<u64> {
+        let txn = Txn::new()
+            .when([Compare::mod_revision(key, CompareOp::Equal, expected as i64)])
+            .and_then([TxnOp::delete(key, None)])
+            .or_else([TxnOp::get(key, None)]);
+        self.cas(txn).await
+    }
+
+    async fn cas(&self, txn: Txn) -> Result<u64> {
+        let resp = self.client.kv_client().txn(txn).await?;
+        if resp.succeeded() {
+            return Ok(resp.header().map_or(0, |h| h.revision() as u64));
+        }
+        let current = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Get(g) => Some(g.kvs().first().map(Kv::from_etcd)),
+            _ => None,
+        });
+        Err(StorageError::Conflict { current: current.flatten() })
+    }
+
+    /// Reads every key in `[start, end)` at `revision` (0: current). Returns the pairs and the
+    /// revision they were read at. Pages internally so no single response is large.
+    pub async fn list_range(&self, start: &[u8], end: &[u8], revision: u64) -> Result<(Vec<Kv>, u64)> {
+        let mut out = Vec::new();
+        let mut from = start.to_vec();
+        let mut rev = revision as i64;
+        loop {
+            let mut opts = GetOptions::new().with_range(end.to_vec()).with_limit(RANGE_PAGE);
+            if rev > 0 {
+                opts = opts.with_revision(rev);
+            }
+            let resp = match self.client.kv_client().get(from.clone(), Some(opts)).await {
+                Ok(r) => r,
+                Err(e) => return Err(compacted_or(e, rev as u64)),
+            };
+            if rev == 0 {
+                rev = resp.header().map_or(0, |h| h.revision());
+            }
+            out.extend(resp.kvs().iter().map(Kv::from_etcd));
+            if !resp.more() || resp.kvs().is_empty() {
+                break;
+            }
+            from = resp.kvs().last().expect("non-empty").key().to_vec();
+            from.push(0);
+        }
+        Ok((out, rev as u64))
+    }
+
+    /// Keys only of `[start, end)` at the current revision.
+    pub async fn list_keys(&self, start: &[u8], end: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        let mut from = start.to_vec();
+        loop {
+            let opts = GetOptions::new().with_range(end.to_vec()).with_limit(RANGE_PAGE * 10).with_keys_only();
+            let resp = self.client.kv_client().get(from.clone(), Some(opts)).await?;
+            out.extend(resp.kvs().iter().map(|kv| kv.key().to_vec()));
+            if !resp.more() || resp.kvs().is_empty() {
+                break;
+            }
+            from = resp.kvs().last().expect("non-empty").key().to_vec();
+            from.push(0);
+        }
+        Ok(out)
+    }
+
+    /// Writes a value unconditionally (control data, tests).
+    pub async fn put(&self, key: &[u8], value: Vec<u8>) -> Result<u64> {
+        let resp = self.client.kv_client().put(key, value, None).await?;
+        Ok(resp.header().map_or(0, |h| h.revision() as u64))
+    }
+
+    /// Compacts history up to `revision`.
+    pub async fn compact(&self, revision: u64) -> Result<()> {
+        self.client.kv_client().compact(revision as i64, None).await?;
+        Ok(())
+    }
+
+    /// Opens a watch of `[start, end)` delivering every change after `after_revision`.
+    pub async fn watch_range(&self, start: &[u8], end: &[u8], after_revision: u64) -> Result<RangeWatch> {
+        RangeWatch::open(self.client.clone(), start, end, after_revision).await
+    }
+}
+
+fn compacted_or(e: etcd_client::Error, requested: u64) -> StorageError {
+    let msg = e.to_string();
+    if msg.contains("required revision has been compacted") {
+        StorageError::Compacted { requested, compacted: 0 }
+    } else {
+        StorageError::Etcd(msg)
+    }
+}

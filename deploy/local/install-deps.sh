@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what shardplane's build and tests need on Debian 12 (bookworm):
+#   - protobuf-compiler (etcd-client's build script runs protoc)
+#   - etcd 3.5 from Debian trixie, extracted into .tools/etcd (bookworm's 3.4.23 answers
+#     on-demand progress requests too early: etcd#15220; see RFCS/0001)
+#   - python3 + the PyPI `kubernetes` client for the client tests (optional: PY_CLIENT=0 skips)
+# Idempotent: a second run does nothing that is already done.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+tools="$root/.tools"
+mkdir -p "$tools"
+
+need_apt_update=1
+apt_update_once() {
+  if [ "$need_apt_update" = 1 ]; then
+    apt-get update -qq
+    need_apt_update=0
+  fi
+}
+
+if ! command -v protoc >/dev/null 2>&1 || [ ! -f /usr/include/google/protobuf/descriptor.proto ]; then
+  apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null
+fi
+
+etcd_bin="$tools/etcd/usr/bin/etcd"
+if [ ! -x "$etcd_bin" ]; then
+  if [ ! -f /etc/apt/sources.list.d/trixie.sources ]; then
+    cat > /etc/apt/sources.list.d/trixie.sources <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+    cat > /etc/apt/preferences.d/trixie-low <<'PIN'
+Package: *
+Pin: release n=trixie
+Pin-Priority: 100
+PIN
+    need_apt_update=1
+  fi
+  apt_update_once
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq etcd-server/trixie >/dev/null)
+  dpkg -x "$tmp"/etcd-server_*.deb "$tools/etcd"
+  rm -rf "$tmp"
+fi
+"$etcd_bin" --version | head -1
+
+if [ "${PY_CLIENT:-1}" = 1 ]; then
+  if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
+    python3 -m pip install -q --disable-pip-version-check 'kubernetes==37.0.2' >/dev/null
+  fi
+fi
+echo "deps ok: protoc $(protoc --version | cut -d' ' -f2), etcd at $etcd_bin"
