@@ -1,1 +1,20 @@
-//! placeholder
+//! # shardplane-watchcache
+//!
+//! Owns the in-memory view of one resource over one set of hash ranges: every object as its
+//! serialized JSON bytes (plus the few fields selectors need), a bounded history of changes that
+//! serves watches from an older resourceVersion and LISTs at an exact recent one, and watchers
+//! with bounded buffers. A [`reflector`] keeps it in step with etcd and knows its *synced
+//! revision*, pushed forward by events and by in-band etcd progress marks requested on demand.
+//!
+//! It must never write to etcd, hold a lock across an `.await`, decode objects on the read path,
+//! or let one watcher slow another: a watcher whose buffer is full is closed (the client
+//! re-watches from its last resourceVersion).
+
+mod cache;
+mod filter;
+mod object;
+pub mod reflector;
+
+pub use cache::{CacheConfig, CacheEvent, EventType, ListPage, Watcher, WatchCache, WatchMsg, CacheStats};
+pub use filter::Filter;
+pub use object::{decode_object, CachedObject, ObjectCodec};

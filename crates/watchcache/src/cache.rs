@@ -1,0 +1,659 @@
+//! The cache proper: current objects, bounded history, LIST at a revision, watcher fan-out.
+
+use crate::filter::Filter;
+use crate::object::CachedObject;
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Bound;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch, Notify};
+
+/// Bounds of one cache.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// At most this many events are kept; the oldest is evicted past it.
+    pub history_max_events: usize,
+    /// Events older than this are evicted (keeps an idle cache small). At least 75 s, as upstream.
+    pub history_window: Duration,
+    /// Buffer of each watcher; a watcher whose buffer is full is closed.
+    pub watcher_buffer: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self { history_max_events: 100_000, history_window: Duration::from_secs(150), watcher_buffer: 1024 }
+    }
+}
+
+/// The type of a change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    /// The watch event `type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change in the history.
+#[derive(Debug)]
+pub struct CacheEvent {
+    /// Revision of the change.
+    pub rv: u64,
+    pub kind: EventType,
+    /// The object after the change; for a delete, the last state stamped with the deletion RV.
+    pub object: Arc<CachedObject>,
+    /// The object before the change.
+    pub prev: Option<Arc<CachedObject>>,
+    at: Instant,
+}
+
+/// What a watcher receives.
+#[derive(Clone, Debug)]
+pub enum WatchMsg {
+    /// A change as this watcher's filter sees it (selector transitions become ADDED/DELETED).
+    Event(EventType, Arc<CachedObject>),
+    /// Every change up to this revision has been delivered.
+    Progress(u64),
+}
+
+/// Why a read could not be served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheError {
+    /// The revision is older than the history holds.
+    TooOld { requested: u64, oldest: u64 },
+    /// The revision is newer than the cache has reached.
+    TooNew { requested: u64, current: u64 },
+    /// The cache has not loaded yet.
+    NotReady,
+}
+
+/// One page of a LIST.
+#[derive(Debug)]
+pub struct ListPage {
+    pub items: Vec<Arc<CachedObject>>,
+    /// The revision the page shows.
+    pub rv: u64,
+    /// When more items match: the key of the last item returned (resume after it).
+    pub continue_after: Option<Box<str>>,
+    /// How many more items match, when counted.
+    pub remaining: Option<u64>,
+}
+
+/// An open watch: the backlog (history replay or initial state), then live messages.
+pub struct Watcher {
+    backlog: VecDeque<WatchMsg>,
+    rx: mpsc::Receiver<WatchMsg>,
+    /// The revision the watch starts after (the initial state's revision, if it sent state).
+    pub start_rv: u64,
+    /// How many initial-state events the backlog starts with.
+    pub initial_events: usize,
+}
+
+impl Watcher {
+    /// The next message; `None` once the cache closed this watcher (slow, or relisting).
+    pub async fn next(&mut self) -> Option<WatchMsg> {
+        if let Some(m) = self.backlog.pop_front() {
+            return Some(m);
+        }
+        self.rx.recv().await
+    }
+}
+
+struct Slot {
+    filter: Filter,
+    tx: mpsc::Sender<WatchMsg>,
+    progress: bool,
+}
+
+struct Inner {
+    objects: BTreeMap<Box<str>, Arc<CachedObject>>,
+    history: VecDeque<Arc<CacheEvent>>,
+    /// Every event with a revision above this is in `history`.
+    history_start: u64,
+    synced: u64,
+    ready: bool,
+    bytes: usize,
+    watchers: Vec<Slot>,
+    terminated_watchers: u64,
+}
+
+/// Counters for /metrics.
+#[derive(Clone, Debug, Default)]
+pub struct CacheStats {
+    pub objects: usize,
+    pub bytes: usize,
+    pub history: usize,
+    pub watchers: usize,
+    pub synced: u64,
+    pub terminated_watchers: u64,
+}
+
+/// The watch cache of one resource over one set of ranges.
+pub struct WatchCache {
+    inner: RwLock<Inner>,
+    config: CacheConfig,
+    synced_tx: watch::Sender<u64>,
+    progress_wanted: Arc<Notify>,
+}
+
+fn convert(kind: EventType, object: &Arc<CachedObject>, prev: Option<&Arc<CachedObject>>, filter: &Filter) -> Option<WatchMsg> {
+    let now = filter.matches(object);
+    match kind {
+        EventType::Added => now.then(|| WatchMsg::Event(EventType::Added, object.clone())),
+        EventType::Deleted => now.then(|| WatchMsg::Event(EventType::Deleted, object.clone())),
+        EventType::Modified => {
+            let before = prev.is_some_and(|p| filter.matches(p));
+            match (before, now) {
+                (true, true) => Some(WatchMsg::Event(EventType::Modified, object.clone())),
+                (false, true) => Some(WatchMsg::Event(EventType::Added, object.clone())),
+                (true, false) => Some(WatchMsg::Event(EventType::Deleted, object.clone())),
+                (false, false) => None,
+            }
+        }
+    }
+}
+
+impl WatchCache {
+    /// An empty, not yet ready cache.
+    pub fn new(config: CacheConfig) -> Self {
+        Self {
+            inner: RwLock::new(Inner {
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                history_start: 0,
+                synced: 0,
+                ready: false,
+                bytes: 0,
+                watchers: Vec::new(),
+                terminated_watchers: 0,
+            }),
+            config,
+            synced_tx: watch::channel(0).0,
+            progress_wanted: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Signalled while a reader waits for the cache to catch up; the reflector answers with an
+    /// etcd progress request.
+    pub fn progress_wanted(&self) -> Arc<Notify> {
+        self.progress_wanted.clone()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the whole state with a fresh list at `rv`. History restarts at `rv`; open watchers
+    /// are closed because they may have missed changes (they resume or get 410).
+    pub fn replace(&self, objects: Vec<CachedObject>, rv: u64) {
+        let mut g = self.write();
+        g.bytes = objects.iter().map(|o| o.bytes.len()).sum();
+        g.objects = objects.into_iter().map(|o| (o.key.clone(), Arc::new(o))).collect();
+        g.history.clear();
+        g.history_start = rv;
+        g.synced = rv;
+        g.ready = true;
+        let closed = g.watchers.len() as u64;
+        g.terminated_watchers += closed;
+        g.watchers.clear();
+        drop(g);
+        self.synced_tx.send_replace(rv);
+    }
+
+    /// Applies a put (`deleted = false`) or a delete of `object` at `object.rv`.
+    pub fn apply(&self, object: CachedObject, deleted: bool) {
+        let rv = object.rv;
+        let object = Arc::new(object);
+        let mut g = self.write();
+        if rv <= g.synced {
+            return; // already applied (a replayed event after a relist)
+        }
+        let prev = g.objects.get(&object.key).cloned();
+        let kind = match (deleted, &prev) {
+            (true, None) => {
+                g.synced = rv;
+                drop(g);
+                self.synced_tx.send_replace(rv);
+                return;
+            }
+            (true, Some(_)) => EventType::Deleted,
+            (false, Some(_)) => EventType::Modified,
+            (false, None) => EventType::Added,
+        };
+        if let Some(p) = &prev {
+            g.bytes -= p.bytes.len();
+        }
+        if deleted {
+            g.objects.remove(&object.key);
+        } else {
+            g.bytes += object.bytes.len();
+            g.objects.insert(object.key.clone(), object.clone());
+        }
+        let ev = Arc::new(CacheEvent { rv, kind, object, prev, at: Instant::now() });
+        let inner = &mut *g;
+        let before = inner.watchers.len();
+        inner.watchers.retain(|w| match convert(ev.kind, &ev.object, ev.prev.as_ref(), &w.filter) {
+            Some(m) => w.tx.try_send(m).is_ok(),
+            None => !w.tx.is_closed(),
+        });
+        inner.terminated_watchers += (before - inner.watchers.len()) as u64;
+        inner.history.push_back(ev);
+        inner.synced = rv;
+        Self::evict(inner, &self.config);
+        drop(g);
+        self.synced_tx.send_replace(rv);
+    }
+
+    /// Records that every change up to `rv` has been applied, and tells watchers that asked.
+    pub fn progress(&self, rv: u64) {
+        let mut g = self.write();
+        if rv <= g.synced {
+            return;
+        }
+        g.synced = rv;
+        for w in g.watchers.iter().filter(|w| w.progress) {
+            // A progress mark is advisory: when the buffer is full the next event closes the watcher.
+            let _ = w.tx.try_send(WatchMsg::Progress(rv));
+        }
+        drop(g);
+        self.synced_tx.send_replace(rv);
+    }
+
+    fn evict(g: &mut Inner, config: &CacheConfig) {
+        let now = Instant::now();
+        while let Some(front) = g.history.front() {
+            if g.history.len() > config.history_max_events || now.duration_since(front.at) > config.history_window {
+                g.history_start = front.rv;
+                g.history.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Evicts history older than the window (called periodically so an idle cache shrinks).
+    pub fn evict_expired(&self) {
+        let mut g = self.write();
+        Self::evict(&mut g, &self.config);
+    }
+
+    /// The cached object at (namespace, name), if any.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<CachedObject>> {
+        self.read().objects.get(&*crate::object::cache_key(namespace, name)).cloned()
+    }
+
+    /// The synced revision.
+    pub fn synced(&self) -> u64 {
+        self.read().synced
+    }
+
+    /// Whether the initial list has loaded.
+    pub fn ready(&self) -> bool {
+        self.read().ready
+    }
+
+    /// The oldest revision a watch may start after or a LIST may be read at.
+    pub fn oldest(&self) -> u64 {
+        self.read().history_start
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> CacheStats {
+        let g = self.read();
+        CacheStats {
+            objects: g.objects.len(),
+            bytes: g.bytes,
+            history: g.history.len(),
+            watchers: g.watchers.len(),
+            synced: g.synced,
+            terminated_watchers: g.terminated_watchers,
+        }
+    }
+
+    /// Waits until the synced revision reaches `rv`, asking the reflector for etcd progress every
+    /// 100 ms meanwhile (as kube-apiserver does). Err carries the revision reached at the deadline.
+    pub async fn wait_synced(&self, rv: u64, timeout: Duration) -> Result<(), u64> {
+        let mut rx = self.synced_tx.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let cur = *rx.borrow_and_update();
+            if cur >= rv && self.ready() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(cur);
+            }
+            self.progress_wanted.notify_one();
+            let tick = tokio::time::sleep(Duration::from_millis(100).min(deadline - tokio::time::Instant::now()));
+            tokio::select! {
+                _ = rx.changed() => {}
+                _ = tick => {}
+            }
+        }
+    }
+
+    /// One page of the state at `at` (None: the synced revision), after key `after`, at most
+    /// `limit` items; counts the rest when `count_remaining`.
+    pub fn list(&self, at: Option<u64>, filter: &Filter, after: Option<&str>, limit: Option<usize>, count_remaining: bool) -> Result<ListPage, CacheError> {
+        let g = self.read();
+        if !g.ready {
+            return Err(CacheError::NotReady);
+        }
+        let rv = at.unwrap_or(g.synced);
+        if rv > g.synced {
+            return Err(CacheError::TooNew { requested: rv, current: g.synced });
+        }
+        if rv < g.history_start {
+            return Err(CacheError::TooOld { requested: rv, oldest: g.history_start });
+        }
+        // State at rv = current state, except keys changed after rv, which take the value before
+        // their first later change.
+        let mut overlay: BTreeMap<&str, Option<&Arc<CachedObject>>> = BTreeMap::new();
+        if rv < g.synced {
+            let first_after = g.history.partition_point(|e| e.rv <= rv);
+            for e in g.history.range(first_after..) {
+                overlay.entry(&*e.object.key).or_insert(e.prev.as_ref());
+            }
+        }
+        let ns_prefix = filter.namespace.as_ref().map(|ns| format!("{ns}\0"));
+        let lower: Bound<&str> = match (after, ns_prefix.as_deref()) {
+            (Some(a), Some(p)) if a >= p => Bound::Excluded(a),
+            (_, Some(p)) => Bound::Included(p),
+            (Some(a), None) => Bound::Excluded(a),
+            (None, None) => Bound::Unbounded,
+        };
+        let mut cur = g.objects.range::<str, _>((lower, Bound::Unbounded)).map(|(k, v)| (&**k, Some(v))).peekable();
+        let mut ovl = overlay.range::<&str, _>((lower.map(|s| s), Bound::Unbounded)).map(|(k, v)| (*k, *v)).peekable();
+        let merged = std::iter::from_fn(move || {
+            let take_cur = match (cur.peek(), ovl.peek()) {
+                (None, None) => return None,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (Some((a, _)), Some((b, _))) => a < b,
+            };
+            if take_cur {
+                return cur.next();
+            }
+            let (k, v) = ovl.next().expect("peeked");
+            if cur.peek().is_some_and(|(ck, _)| *ck == k) {
+                cur.next(); // the overlay's value replaces the current one
+            }
+            Some((k, v))
+        })
+        .take_while(|(k, _)| ns_prefix.as_deref().is_none_or(|p| k.starts_with(p)))
+        .filter_map(|(_, v)| v)
+        .filter(|o| filter.matches(o));
+        let mut items = Vec::new();
+        let mut rest = merged;
+        let limit = limit.unwrap_or(usize::MAX);
+        for o in rest.by_ref() {
+            items.push(o.clone());
+            if items.len() == limit {
+                break;
+            }
+        }
+        let (continue_after, remaining) = if items.len() == limit {
+            if count_remaining {
+                let n = rest.count() as u64;
+                ((n > 0).then(|| items.last().expect("non-empty").key.clone()), (n > 0).then_some(n))
+            } else {
+                (rest.next().map(|_| items.last().expect("non-empty").key.clone()), None)
+            }
+        } else {
+            (None, None)
+        };
+        Ok(ListPage { items, rv, continue_after, remaining })
+    }
+
+    /// Opens a watch. `after = Some(rv)`: every change after `rv` (replayed from history), then
+    /// live ones. `after = None`: ADDED for every selected object at the synced revision, then
+    /// live changes. `progress`: also receive progress marks.
+    pub fn watch(&self, after: Option<u64>, filter: Filter, progress: bool) -> Result<Watcher, CacheError> {
+        let mut g = self.write();
+        if !g.ready {
+            return Err(CacheError::NotReady);
+        }
+        let mut backlog = VecDeque::new();
+        let (start_rv, initial_events) = match after {
+            Some(rv) => {
+                if rv < g.history_start {
+                    return Err(CacheError::TooOld { requested: rv, oldest: g.history_start });
+                }
+                if rv > g.synced {
+                    return Err(CacheError::TooNew { requested: rv, current: g.synced });
+                }
+                let first = g.history.partition_point(|e| e.rv <= rv);
+                backlog.extend(g.history.range(first..).filter_map(|e| convert(e.kind, &e.object, e.prev.as_ref(), &filter)));
+                (rv, 0)
+            }
+            None => {
+                let ns_prefix = filter.namespace.as_ref().map(|ns| format!("{ns}\0"));
+                let iter: Box<dyn Iterator<Item = &Arc<CachedObject>>> = match &ns_prefix {
+                    Some(p) => Box::new(g.objects.range::<str, _>((Bound::Included(p.as_str()), Bound::Unbounded)).take_while(|(k, _)| k.starts_with(p.as_str())).map(|(_, v)| v)),
+                    None => Box::new(g.objects.values()),
+                };
+                backlog.extend(iter.filter(|o| filter.matches(o)).map(|o| WatchMsg::Event(EventType::Added, o.clone())));
+                (g.synced, backlog.len())
+            }
+        };
+        let (tx, rx) = mpsc::channel(self.config.watcher_buffer.max(1));
+        g.watchers.push(Slot { filter, tx, progress });
+        Ok(Watcher { backlog, rx, start_rv, initial_events })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::decode_object;
+    use proptest::prelude::*;
+    use shardplane_apimachinery::resources::{builtin_resources, find};
+    use shardplane_apimachinery::selectors::LabelSelector;
+    use std::collections::BTreeMap as Model;
+
+    fn obj(ns: &str, name: &str, color: &str, rv: u64) -> CachedObject {
+        let all = builtin_resources();
+        let info = find(&all, "", "v1", "configmaps").unwrap();
+        let mut v = serde_json::json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"), "labels": {"color": color}}});
+        decode_object(info, &mut v, rv).unwrap()
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Put { ns: u8, name: u8, color: bool },
+        Delete { ns: u8, name: u8 },
+        Progress,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0u8..3, 0u8..6, any::<bool>()).prop_map(|(ns, name, color)| Op::Put { ns, name, color }),
+            2 => (0u8..3, 0u8..6).prop_map(|(ns, name)| Op::Delete { ns, name }),
+            1 => Just(Op::Progress),
+        ]
+    }
+
+    type State = Model<(String, String), String>;
+
+    /// Runs ops against the cache and returns the model state after every revision.
+    fn run(cache: &WatchCache, ops: &[Op]) -> Model<u64, State> {
+        let mut states = Model::new();
+        let mut state = State::new();
+        let mut rv = 10;
+        cache.replace(vec![], rv);
+        states.insert(rv, state.clone());
+        for op in ops {
+            rv += 1;
+            match op {
+                Op::Put { ns, name, color } => {
+                    let (ns, name, color) = (format!("ns{ns}"), format!("o{name}"), if *color { "red" } else { "blue" });
+                    cache.apply(obj(&ns, &name, color, rv), false);
+                    state.insert((ns, name), color.to_owned());
+                }
+                Op::Delete { ns, name } => {
+                    let key = (format!("ns{ns}"), format!("o{name}"));
+                    if let Some(color) = state.remove(&key) {
+                        cache.apply(obj(&key.0, &key.1, &color, rv), true);
+                    } else {
+                        cache.progress(rv);
+                    }
+                }
+                Op::Progress => cache.progress(rv),
+            }
+            states.insert(rv, state.clone());
+        }
+        states
+    }
+
+    fn names(items: &[Arc<CachedObject>]) -> Vec<(String, String)> {
+        items.iter().map(|o| (o.namespace().to_owned(), o.name().to_owned())).collect()
+    }
+
+    proptest! {
+        /// LIST at every retained revision equals the model's state at that revision, with and
+        /// without selectors and namespaces, and paging yields every object exactly once.
+        #[test]
+        fn list_at_revision_equals_model(ops in proptest::collection::vec(op(), 0..60), limit in 1usize..5, max_events in 5usize..80) {
+            let cache = WatchCache::new(CacheConfig { history_max_events: max_events, ..Default::default() });
+            let states = run(&cache, &ops);
+            let oldest = cache.oldest();
+            for (rv, state) in &states {
+                let red = Filter { labels: LabelSelector::parse("color=red").unwrap(), ..Default::default() };
+                let ns1 = Filter { namespace: Some("ns1".into()), ..Default::default() };
+                if *rv < oldest {
+                    prop_assert_eq!(cache.list(Some(*rv), &Filter::default(), None, None, false).unwrap_err(), CacheError::TooOld { requested: *rv, oldest });
+                    continue;
+                }
+                for (filter, want) in [
+                    (Filter::default(), state.keys().cloned().collect::<Vec<_>>()),
+                    (red, state.iter().filter(|(_, c)| *c == "red").map(|(k, _)| k.clone()).collect()),
+                    (ns1, state.keys().filter(|k| k.0 == "ns1").cloned().collect()),
+                ] {
+                    let all = cache.list(Some(*rv), &filter, None, None, false).unwrap();
+                    prop_assert_eq!(all.rv, *rv);
+                    prop_assert_eq!(&names(&all.items), &want);
+                    // Paged walk at the same revision.
+                    let mut got = Vec::new();
+                    let mut after: Option<Box<str>> = None;
+                    loop {
+                        let page = cache.list(Some(*rv), &filter, after.as_deref(), Some(limit), true).unwrap();
+                        prop_assert!(page.items.len() <= limit);
+                        got.extend(names(&page.items));
+                        if let Some(r) = page.remaining {
+                            prop_assert_eq!(r as usize, want.len() - got.len());
+                        }
+                        match page.continue_after {
+                            Some(k) => after = Some(k),
+                            None => break,
+                        }
+                    }
+                    prop_assert_eq!(&got, &want);
+                }
+            }
+        }
+
+        /// A watch from any retained revision replays exactly the model's changes after it, in
+        /// order, then receives live changes; selector transitions become ADDED/DELETED.
+        #[test]
+        fn watch_replays_model_changes(ops in proptest::collection::vec(op(), 1..60), split in 0usize..60, from_pick in 0usize..60) {
+            let cache = WatchCache::new(CacheConfig::default());
+            let split = split.min(ops.len());
+            // Model event log: (rv, key, color before, color after).
+            let mut log: Vec<(u64, (String, String), Option<String>, Option<String>)> = Vec::new();
+            let mut state = State::new();
+            let mut rv = 10;
+            cache.replace(vec![], rv);
+            let mut watchers = None;
+            let from = 10 + from_pick.min(split) as u64;
+            for (i, op) in ops.iter().enumerate() {
+                if i == split {
+                    let red = Filter { labels: LabelSelector::parse("color=red").unwrap(), ..Default::default() };
+                    watchers = Some((cache.watch(Some(from), Filter::default(), false).unwrap(), cache.watch(Some(from), red, false).unwrap()));
+                }
+                rv += 1;
+                match op {
+                    Op::Put { ns, name, color } => {
+                        let (key, color) = ((format!("ns{ns}"), format!("o{name}")), if *color { "red" } else { "blue" }.to_owned());
+                        cache.apply(obj(&key.0, &key.1, &color, rv), false);
+                        log.push((rv, key.clone(), state.insert(key, color.clone()), Some(color)));
+                    }
+                    Op::Delete { ns, name } => {
+                        let key = (format!("ns{ns}"), format!("o{name}"));
+                        match state.remove(&key) {
+                            Some(color) => {
+                                cache.apply(obj(&key.0, &key.1, &color, rv), true);
+                                log.push((rv, key, Some(color), None));
+                            }
+                            None => cache.progress(rv),
+                        }
+                    }
+                    Op::Progress => cache.progress(rv),
+                }
+            }
+            let (mut w_all, mut w_red) = watchers.unwrap_or_else(|| {
+                let red = Filter { labels: LabelSelector::parse("color=red").unwrap(), ..Default::default() };
+                (cache.watch(Some(from), Filter::default(), false).unwrap(), cache.watch(Some(from), red, false).unwrap())
+            });
+            let expect = |pred: &dyn Fn(&str) -> bool| -> Vec<(&'static str, (String, String), u64)> {
+                log.iter().filter(|(r, ..)| *r > from).filter_map(|(r, k, before, after)| {
+                    let was = before.as_deref().is_some_and(pred);
+                    let is = after.as_deref().is_some_and(pred);
+                    let t = match (before.is_some(), after.is_some(), was, is) {
+                        (_, _, false, true) => "ADDED",
+                        (_, true, true, true) => "MODIFIED",
+                        (_, _, true, false) => "DELETED",
+                        _ => return None,
+                    };
+                    Some((t, k.clone(), *r))
+                }).collect()
+            };
+            let drain = |w: &mut Watcher| {
+                let mut out = Vec::new();
+                while let Some(m) = w.backlog.pop_front().or_else(|| w.rx.try_recv().ok()) {
+                    if let WatchMsg::Event(t, o) = m {
+                        out.push((t.as_str(), (o.namespace().to_owned(), o.name().to_owned()), o.rv));
+                    }
+                }
+                out
+            };
+            let got_all = drain(&mut w_all);
+            prop_assert!(got_all.windows(2).all(|w| w[0].2 < w[1].2));
+            prop_assert_eq!(got_all, expect(&|_| true));
+            prop_assert_eq!(drain(&mut w_red), expect(&|c| c == "red"));
+        }
+
+        /// A watcher that does not read is closed when its buffer fills; the others keep going.
+        #[test]
+        fn slow_watcher_is_closed_alone(n in 3usize..20) {
+            let cache = WatchCache::new(CacheConfig { watcher_buffer: 2, ..Default::default() });
+            cache.replace(vec![], 1);
+            let mut slow = cache.watch(Some(1), Filter::default(), false).unwrap();
+            let mut fast = cache.watch(Some(1), Filter::default(), false).unwrap();
+            let mut seen = 0;
+            for i in 0..n {
+                cache.apply(obj("ns", &format!("o{i}"), "red", 2 + i as u64), false);
+                while let Ok(WatchMsg::Event(..)) = fast.rx.try_recv() { seen += 1; }
+            }
+            prop_assert_eq!(seen, n);
+            prop_assert_eq!(cache.stats().watchers, 1);
+            let mut got = 0;
+            while let Ok(_) = slow.rx.try_recv() { got += 1; }
+            prop_assert_eq!(got, 2);
+            prop_assert!(slow.rx.try_recv().is_err());
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! What a LIST or WATCH selects: a namespace and label, field and shard selectors.
+
+use crate::object::CachedObject;
+use shardplane_apimachinery::selectors::{FieldSelector, LabelSelector};
+use shardplane_keyspace::shard_selector::ShardSelector;
+
+/// A filter over cached objects. The default selects everything.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Only this namespace, when set.
+    pub namespace: Option<String>,
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub shard: Option<ShardSelector>,
+}
+
+impl Filter {
+    /// Whether `obj` is selected.
+    pub fn matches(&self, obj: &CachedObject) -> bool {
+        if let Some(ns) = &self.namespace {
+            if obj.namespace() != ns {
+                return false;
+            }
+        }
+        if let Some(s) = &self.shard {
+            if !s.matches(&obj.uid, obj.namespace()) {
+                return false;
+            }
+        }
+        self.labels.matches(&|k| obj.label(k).map(str::to_owned)) && self.fields.matches(&|f| obj.field(f).to_owned())
+    }
+
+    /// Whether nothing but the namespace narrows the selection.
+    pub fn selects_whole_namespace(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty() && self.shard.is_none()
+    }
+}
