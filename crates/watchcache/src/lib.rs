@@ -15,6 +15,6 @@ mod filter;
 mod object;
 pub mod reflector;
 
-pub use cache::{CacheConfig, CacheEvent, EventType, ListPage, Watcher, WatchCache, WatchMsg, CacheStats};
+pub use cache::{CacheConfig, CacheError, CacheEvent, CacheStats, EventType, ListPage, WatchCache, WatchMsg, Watcher};
 pub use filter::Filter;
 pub use object::{decode_object, CachedObject, ObjectCodec};

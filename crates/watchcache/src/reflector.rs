@@ -11,10 +11,21 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// The etcd key range a cache follows.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct KeyRange {
     pub start: Vec<u8>,
     pub end: Vec<u8>,
+    /// Keeps only keys whose placement hash this predicate accepts (None: every key).
+    pub owns: Option<Arc<dyn Fn(u64) -> bool + Send + Sync>>,
+}
+
+impl KeyRange {
+    fn owns_key(&self, group: &str, plural: &str, key: &[u8]) -> bool {
+        match &self.owns {
+            None => true,
+            Some(f) => parse_object_key(group, plural, key).is_some_and(|(h, _, _)| f(h)),
+        }
+    }
 }
 
 /// Runs until `shutdown`: keeps `cache` equal to etcd's `range`, decoded by `codec`.
@@ -40,6 +51,7 @@ async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
     let (kvs, rev) = storage.list_range(&range.start, &range.end, 0).await?;
     let objects = kvs
         .iter()
+        .filter(|kv| range.owns_key(codec.info().group, codec.info().plural, &kv.key))
         .filter_map(|kv| codec.decode(&kv.value, kv.mod_revision).map_err(|e| tracing::error!(key = %String::from_utf8_lossy(&kv.key), error = %e, "skipping undecodable object")).ok())
         .collect();
     cache.replace(objects, rev);
@@ -62,6 +74,10 @@ async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
             item = stream.next() => match item? {
                 Some(WatchItem::Events(events)) => {
                     for e in events {
+                        if !range.owns_key(codec.info().group, codec.info().plural, &e.kv.key) {
+                            cache.progress(e.revision);
+                            continue;
+                        }
                         let decoded = if e.deleted {
                             // The deleted object: its last state, stamped with the deletion revision
                             // (from etcd's prev_kv, or from the cache if etcd sent none).

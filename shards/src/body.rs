@@ -1,0 +1,107 @@
+//! Request bodies and responses: content negotiation, JSON decoding with upstream's errors,
+//! and the `Status`/object/list responses.
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use bytes::Bytes;
+use serde_json::Value;
+use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::ApiError;
+use shardplane_watchcache::CachedObject;
+use std::sync::Arc;
+
+/// Upstream's request body limit (3 MiB).
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// A JSON response.
+pub fn json(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Body::from(body.into()));
+    *r.status_mut() = code;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// A `Status` error response.
+pub fn error(e: &ApiError) -> Response<Body> {
+    let mut r = json(StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), e.to_json());
+    if let Some(s) = e.details.as_ref().and_then(|d| d.retry_after_seconds) {
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    r
+}
+
+/// Whether the client accepts JSON (kubectl asks for Table first and falls back to JSON).
+pub fn accepts_json(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else { return Ok(()) };
+    let ok = accept.split(',').any(|range| {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("");
+        let params: Vec<&str> = parts.collect();
+        let plain = !params.iter().any(|p| p.starts_with("as="));
+        matches!(media, "" | "*/*" | "application/*") || (plain && matches!(media, "application/json" | "application/yaml" | "application/json;stream=watch"))
+    });
+    if ok { Ok(()) } else { Err(ApiError::not_acceptable(accept)) }
+}
+
+/// Decodes a request body as a JSON object, refusing other media types with 415.
+pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let media = ct.split(';').next().unwrap_or("").trim();
+    if !matches!(media, "application/json" | "" | "*/*") {
+        return Err(ApiError::unsupported_media_type(ct));
+    }
+    if body.len() > MAX_BODY {
+        return Err(ApiError::too_large(MAX_BODY));
+    }
+    let v: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request("couldn't get version/kind; json parse error: the body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+/// Checks the body's `apiVersion` and `kind` against the resource (400 as upstream).
+pub fn check_type(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+    if kind.is_empty() {
+        return Err(ApiError::bad_request("Object 'Kind' is missing in the request body"));
+    }
+    if api_version.is_empty() {
+        return Err(ApiError::bad_request("Object 'apiVersion' is missing in the request body"));
+    }
+    if api_version != info.api_version() {
+        return Err(ApiError::bad_request(format!("the API version in the data ({api_version}) does not match the expected API version ({})", info.api_version())));
+    }
+    if kind != info.kind {
+        return Err(ApiError::bad_request(format!("the kind in the data ({kind}) does not match the expected kind ({})", info.kind)));
+    }
+    Ok(())
+}
+
+/// Serializes a list response from cached bytes without re-encoding the items.
+pub fn list(info: &ResourceInfo, rv: u64, continue_token: Option<&str>, remaining: Option<u64>, shard_info: Option<&str>, items: &[Arc<CachedObject>]) -> Bytes {
+    let mut meta = serde_json::Map::new();
+    meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    if let Some(c) = continue_token {
+        meta.insert("continue".into(), Value::String(c.to_owned()));
+    }
+    if let Some(r) = remaining {
+        meta.insert("remainingItemCount".into(), Value::from(r));
+    }
+    if let Some(s) = shard_info {
+        meta.insert("shardInfo".into(), serde_json::json!({ "selector": s }));
+    }
+    let head = serde_json::json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": meta});
+    let mut out = serde_json::to_vec(&head).expect("list head");
+    out.pop(); // reopen the object
+    out.extend_from_slice(b",\"items\":[");
+    for (i, o) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&o.bytes);
+    }
+    out.extend_from_slice(b"]}");
+    Bytes::from(out)
+}

@@ -1,0 +1,409 @@
+//! The verbs on one resource: get, list, create, update, patch, delete, deletecollection.
+//! Reads come from the watch cache; writes go to etcd by compare-and-swap and come back to the
+//! cache through the watch.
+
+use crate::body;
+use crate::path::Target;
+use crate::shard::Shard;
+use axum::body::Body;
+use axum::http::{HeaderMap, Response, StatusCode};
+use serde_json::{json, Value};
+use shardplane_apimachinery::continue_token::ContinueToken;
+use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
+use shardplane_apimachinery::meta::{self, Subresource};
+use shardplane_apimachinery::patch::{self, PatchType};
+use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::status::cause;
+use shardplane_apimachinery::ApiError;
+use shardplane_storage::{Kv, StorageError};
+use shardplane_watchcache::{CacheError, Filter};
+use std::time::Duration;
+
+/// How long a read waits for the cache to reach a revision (upstream's blockTimeout).
+pub const WAIT: Duration = Duration::from_secs(3);
+
+type Reply = Result<Response<Body>, ApiError>;
+
+fn storage_err(e: StorageError) -> ApiError {
+    match e {
+        StorageError::Etcd(m) => ApiError::unavailable(format!("storage is unavailable: {m}")),
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// Maps cache errors of a read at `rv` to upstream's Status.
+pub fn cache_err(e: CacheError, continuing: bool) -> ApiError {
+    match e {
+        CacheError::TooOld { .. } if continuing => ApiError::expired(
+            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+            None,
+        ),
+        CacheError::TooOld { .. } => ApiError::expired("The resourceVersion for the provided list is too old.", None),
+        CacheError::TooNew { requested, current } => ApiError::too_large_resource_version(requested, current),
+        CacheError::NotReady => ApiError::too_many_requests("storage is (re)initializing", 1),
+    }
+}
+
+/// The first value of a query parameter.
+pub fn form_value(query: &str, name: &str) -> Option<String> {
+    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
+}
+
+fn dry_run(query: &str) -> Result<bool, ApiError> {
+    match form_value(query, "dryRun").as_deref() {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(ApiError::bad_request(format!("Invalid dry run value: {other:?}: supported values: \"All\""))),
+    }
+}
+
+/// Builds the cache filter for a LIST or WATCH.
+pub fn filter(t: &Target, o: &ListOptions) -> Filter {
+    Filter { namespace: t.namespace.clone(), labels: o.label_selector.clone(), fields: o.field_selector.clone(), shard: o.shard_selector.clone() }
+}
+
+/// GET of one object, from the cache (RV unset: after a consistent read, as fresh as etcd).
+pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str) -> Reply {
+    let ns = t.namespace.as_deref().unwrap_or("");
+    shard.owned_key(&t.info, ns, name)?;
+    let cache = &shard.served(&t.info).cache;
+    match form_value(query, "resourceVersion").as_deref() {
+        None | Some("") => {
+            let rev = shard.storage.current_revision().await.map_err(storage_err)?;
+            cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
+        }
+        Some("0") => {}
+        Some(v) => {
+            let rv = shardplane_apimachinery::list_options::parse_rv(v)?;
+            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
+        }
+    }
+    match cache.get(ns, name) {
+        Some(o) => Ok(body::json(StatusCode::OK, o.bytes.clone())),
+        None => Err(ApiError::not_found(t.info.group, t.info.plural, name)),
+    }
+}
+
+/// LIST from the cache with upstream's resourceVersion, paging and selector rules.
+pub async fn list(shard: &Shard, t: &Target, o: &ListOptions) -> Reply {
+    let cache = &shard.served(&t.info).cache;
+    let sem = o.list_semantics();
+    let at = match sem {
+        ListSemantics::MostRecent => {
+            let rev = shard.storage.current_revision().await.map_err(storage_err)?;
+            cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
+            None
+        }
+        ListSemantics::Any => None,
+        ListSemantics::NotOlderThan(rv) => {
+            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
+            None
+        }
+        ListSemantics::Exact(rv) => {
+            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
+            Some(rv)
+        }
+    };
+    let after = o.continue_token.as_ref().map(|c| format!("{}\0{}", c.after.0, c.after.1));
+    let f = filter(t, o);
+    let continuing = o.continue_token.is_some();
+    let page = cache.list(at, &f, after.as_deref(), o.limit.map(|l| l as usize), o.selects_everything()).map_err(|e| match e {
+        CacheError::TooOld { .. } if continuing => {
+            // Offer an inconsistent continuation from the same key, as upstream does.
+            let c = o.continue_token.as_ref().expect("continuing");
+            let token = ContinueToken { rv: None, after: c.after.clone() }.encode();
+            ApiError::expired(
+                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                Some(token),
+            )
+        }
+        other => cache_err(other, continuing),
+    })?;
+    let token = page.continue_after.as_ref().map(|k| {
+        let (ns, name) = k.split_once('\0').unwrap_or(("", k));
+        ContinueToken { rv: Some(page.rv), after: (ns.to_owned(), name.to_owned()) }.encode()
+    });
+    let shard_info = o.shard_selector.as_ref().map(|s| s.canonical());
+    Ok(body::json(StatusCode::OK, body::list(&t.info, page.rv, token.as_deref(), page.remaining, shard_info.as_deref(), &page.items)))
+}
+
+/// Reads the current stored object (from etcd, for a write).
+async fn current(shard: &Shard, info: &ResourceInfo, key: &[u8], name: &str) -> Result<(Value, Kv), ApiError> {
+    let (kv, _) = shard.storage.get(key).await.map_err(storage_err)?;
+    let kv = kv.ok_or_else(|| ApiError::not_found(info.group, info.plural, name))?;
+    let mut v: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("stored object is not JSON: {e}")))?;
+    meta::set_resource_version(&mut v, kv.mod_revision);
+    Ok((v, kv))
+}
+
+fn stored_bytes(obj: &Value) -> Vec<u8> {
+    let mut o = obj.clone();
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    serde_json::to_vec(&o).expect("object serializes")
+}
+
+fn respond(code: StatusCode, mut obj: Value, rv: Option<u64>) -> Reply {
+    if let Some(rv) = rv {
+        meta::set_resource_version(&mut obj, rv);
+    }
+    Ok(body::json(code, serde_json::to_vec(&obj).expect("object serializes")))
+}
+
+/// Namespace admission: the namespace must exist and not be terminating (read from etcd, since
+/// another shard may own it).
+async fn check_namespace(shard: &Shard, info: &ResourceInfo, ns: &str, name: &str) -> Result<(), ApiError> {
+    let ns_info = shard.resources.iter().find(|r| r.plural == "namespaces" && r.group.is_empty()).expect("namespaces served");
+    let (kv, _) = shard.storage.get(&Shard::any_key(ns_info, "", ns)).await.map_err(storage_err)?;
+    let Some(kv) = kv else { return Err(ApiError::not_found("", "namespaces", ns)) };
+    let v: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
+    if v.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
+        return Err(ApiError::forbidden(info.group, info.plural, name, &format!("unable to create new content in namespace {ns} because it is being terminated")));
+    }
+    Ok(())
+}
+
+/// POST to a collection.
+pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+    let info = &t.info;
+    let mut obj = body::decode_object(headers, raw)?;
+    body::check_type(info, &obj)?;
+    let dry = dry_run(query)?;
+    let path_ns = t.namespace.clone().unwrap_or_default();
+    if info.namespaced {
+        let body_ns = meta::meta_str(&obj, "namespace").to_owned();
+        if !body_ns.is_empty() && body_ns != path_ns {
+            return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+        }
+        if path_ns.is_empty() {
+            return Err(ApiError::bad_request("the server could not find the requested resource: a namespace is required"));
+        }
+        meta::metadata_mut(&mut obj).insert("namespace".into(), Value::String(path_ns.clone()));
+    } else {
+        meta::metadata_mut(&mut obj).remove("namespace");
+    }
+    if meta::meta_str(&obj, "name").is_empty() {
+        let prefix = meta::meta_str(&obj, "generateName").to_owned();
+        if !prefix.is_empty() {
+            meta::metadata_mut(&mut obj).insert("name".into(), Value::String(meta::generate_name(&prefix)));
+        }
+    }
+    let name = meta::meta_str(&obj, "name").to_owned();
+    let causes = meta::validate_object(info, &obj);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(info.group, info.kind, &name, causes));
+    }
+    let key = shard.owned_key(info, &path_ns, &name)?;
+    if info.namespaced {
+        check_namespace(shard, info, &path_ns, &name).await?;
+    }
+    meta::prepare_for_create(info, &mut obj);
+    if dry {
+        return respond(StatusCode::CREATED, obj, None);
+    }
+    match shard.storage.create(&key, stored_bytes(&obj)).await {
+        Ok(rev) => respond(StatusCode::CREATED, obj, Some(rev)),
+        Err(StorageError::AlreadyExists) => Err(ApiError::already_exists(info.group, info.plural, &name)),
+        Err(e) => Err(storage_err(e)),
+    }
+}
+
+fn subresource(t: &Target) -> Result<Subresource, ApiError> {
+    match t.subresource.as_deref() {
+        None => Ok(Subresource::Main),
+        Some("status") if t.info.has_status => Ok(Subresource::Status),
+        Some("finalize") if t.info.plural == "namespaces" && t.info.group.is_empty() => Ok(Subresource::Main),
+        Some(_) => Err(ApiError::path_not_found()),
+    }
+}
+
+/// Writes `new` over the stored `kv` (CAS), deleting instead when a finalized object lost its
+/// last finalizer. Returns the response or `None` when the CAS lost and the caller may retry.
+async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, new: Value, dry: bool) -> Result<Option<Response<Body>>, ApiError> {
+    let name = meta::meta_str(&new, "name").to_owned();
+    let causes = meta::validate_object(info, &new);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(info.group, info.kind, &name, causes));
+    }
+    if dry {
+        return respond(StatusCode::OK, new, Some(kv.mod_revision)).map(Some);
+    }
+    let finished = new.pointer("/metadata/deletionTimestamp").is_some() && !meta::has_finalizers(&new) && !(info.plural == "namespaces" && new.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
+    let result = if finished { shard.storage.delete(key, kv.mod_revision).await } else { shard.storage.update(key, stored_bytes(&new), kv.mod_revision).await };
+    match result {
+        Ok(rev) => respond(StatusCode::OK, new, Some(rev)).map(Some),
+        Err(StorageError::Conflict { .. }) => Ok(None),
+        Err(e) => Err(storage_err(e)),
+    }
+}
+
+/// PUT of an object (or its status / finalize subresource).
+pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+    let info = &t.info;
+    let sub = subresource(t)?;
+    let dry = dry_run(query)?;
+    let mut obj = body::decode_object(headers, raw)?;
+    body::check_type(info, &obj)?;
+    let body_name = meta::meta_str(&obj, "name").to_owned();
+    if body_name != name {
+        return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
+    }
+    let ns = t.namespace.clone().unwrap_or_default();
+    if info.namespaced {
+        let body_ns = meta::meta_str(&obj, "namespace");
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(ApiError::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+        }
+        meta::metadata_mut(&mut obj).insert("namespace".into(), Value::String(ns.clone()));
+    }
+    let key = shard.owned_key(info, &ns, name)?;
+    let precondition = meta::meta_str(&obj, "resourceVersion").to_owned();
+    loop {
+        let (old, kv) = match current(shard, info, &key, name).await {
+            Ok(c) => c,
+            Err(e) if e.code == 404 && info.allow_create_on_update && sub == Subresource::Main && t.subresource.is_none() => {
+                return create(shard, &Target { name: None, ..t.clone() }, headers, query, raw).await;
+            }
+            Err(e) => return Err(e),
+        };
+        if !precondition.is_empty() && precondition != kv.mod_revision.to_string() {
+            return Err(ApiError::conflict(info.group, info.plural, name));
+        }
+        let mut new = obj.clone();
+        if t.subresource.as_deref() == Some("finalize") {
+            // finalize may change spec.finalizers only.
+            let fin = new.pointer("/spec/finalizers").cloned();
+            new = old.clone();
+            new["spec"]["finalizers"] = fin.unwrap_or(json!([]));
+        }
+        meta::prepare_for_update(info, &old, &mut new, sub);
+        if let Some(r) = write_over(shard, info, &key, &kv, new, dry).await? {
+            return Ok(r);
+        }
+        if !precondition.is_empty() {
+            return Err(ApiError::conflict(info.group, info.plural, name));
+        }
+    }
+}
+
+/// PATCH of an object or its status.
+pub async fn patch(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+    let info = &t.info;
+    let sub = subresource(t)?;
+    let dry = dry_run(query)?;
+    let ct = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let ty = PatchType::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+    if ty == PatchType::Apply {
+        return Err(ApiError::unsupported_media_type(ct));
+    }
+    if raw.len() > body::MAX_BODY {
+        return Err(ApiError::too_large(body::MAX_BODY));
+    }
+    let ns = t.namespace.clone().unwrap_or_default();
+    let key = shard.owned_key(info, &ns, name)?;
+    loop {
+        let (old, kv) = current(shard, info, &key, name).await?;
+        let mut new = old.clone();
+        patch::apply(ty, &mut new, raw)?;
+        if !new.is_object() {
+            return Err(ApiError::bad_request("the patch result is not an object"));
+        }
+        // A resourceVersion in the patch is a precondition.
+        let rv_after = meta::meta_str(&new, "resourceVersion");
+        let explicit = !rv_after.is_empty() && rv_after != kv.mod_revision.to_string();
+        if explicit {
+            return Err(ApiError::conflict(info.group, info.plural, name));
+        }
+        if meta::meta_str(&new, "name") != name || (info.namespaced && meta::meta_str(&new, "namespace") != ns) {
+            return Err(ApiError::invalid(info.group, info.kind, name, vec![cause("FieldValueInvalid", "metadata.name", "Invalid value: the name and namespace of an object cannot be changed by a patch")]));
+        }
+        body::check_type(info, &new)?;
+        meta::prepare_for_update(info, &old, &mut new, sub);
+        if let Some(r) = write_over(shard, info, &key, &kv, new, dry).await? {
+            return Ok(r);
+        }
+    }
+}
+
+/// DELETE of one object, with DeleteOptions preconditions, finalizers and namespace lifecycle.
+pub async fn delete(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+    let info = &t.info;
+    if t.subresource.is_some() {
+        return Err(ApiError::method_not_allowed("delete", info.group, info.plural));
+    }
+    let opts: Value = if raw.iter().all(u8::is_ascii_whitespace) { json!({}) } else { body::decode_object(headers, raw)? };
+    let dry = dry_run(query)? || opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All"));
+    let grace = form_value(query, "gracePeriodSeconds").and_then(|v| v.parse::<i64>().ok()).or_else(|| opts.get("gracePeriodSeconds").and_then(Value::as_i64));
+    let ns = t.namespace.clone().unwrap_or_default();
+    let key = shard.owned_key(info, &ns, name)?;
+    loop {
+        let (old, kv) = current(shard, info, &key, name).await?;
+        let uid = meta::meta_str(&old, "uid").to_owned();
+        if let Some(p) = opts.pointer("/preconditions/uid").and_then(Value::as_str) {
+            if p != uid {
+                return Err(ApiError::conflict_msg(info.group, info.plural, name, &format!("Precondition failed: UID in precondition: {p}, UID in object meta: {uid}")));
+            }
+        }
+        if let Some(p) = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str) {
+            if p != kv.mod_revision.to_string() {
+                return Err(ApiError::conflict_msg(info.group, info.plural, name, &format!("Precondition failed: ResourceVersion in precondition: {p}, ResourceVersion in object meta: {}", kv.mod_revision)));
+            }
+        }
+        let is_namespace = info.plural == "namespaces" && info.group.is_empty();
+        let graceful_pod = info.plural == "pods" && info.group.is_empty() && old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) && grace != Some(0);
+        if is_namespace || meta::has_finalizers(&old) || graceful_pod {
+            // Mark for deletion; finalizers (or the namespace controller, or a kubelet) finish it.
+            if old.pointer("/metadata/deletionTimestamp").is_some() {
+                return respond(StatusCode::OK, old, None);
+            }
+            let mut new = old.clone();
+            let m = meta::metadata_mut(&mut new);
+            m.insert("deletionTimestamp".into(), Value::String(meta::now_rfc3339()));
+            m.insert("deletionGracePeriodSeconds".into(), json!(if graceful_pod { grace.unwrap_or(30) } else { 0 }));
+            if is_namespace {
+                new["status"]["phase"] = "Terminating".into();
+            }
+            if dry {
+                return respond(StatusCode::OK, new, None);
+            }
+            match shard.storage.update(&key, stored_bytes(&new), kv.mod_revision).await {
+                Ok(rev) => return respond(if is_namespace { StatusCode::OK } else { StatusCode::ACCEPTED }, new, Some(rev)),
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(e) => return Err(storage_err(e)),
+            }
+        }
+        if !dry {
+            match shard.storage.delete(&key, kv.mod_revision).await {
+                Ok(_) => {}
+                Err(StorageError::Conflict { current: None }) => return Err(ApiError::not_found(info.group, info.plural, name)),
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(e) => return Err(storage_err(e)),
+            }
+        }
+        if info.returns_deleted_object {
+            return respond(StatusCode::OK, old, None);
+        }
+        let status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": {"name": name, "group": info.group, "kind": info.plural, "uid": uid}});
+        return Ok(body::json(StatusCode::OK, serde_json::to_vec(&status).expect("status")));
+    }
+}
+
+/// DELETE of a collection: every selected object this shard owns; answers the deleted objects.
+pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+    let o = ListOptions::parse(query, &t.info)?;
+    let cache = &shard.served(&t.info).cache;
+    let rev = shard.storage.current_revision().await.map_err(storage_err)?;
+    cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
+    let page = cache.list(None, &filter(t, &o), None, None, false).map_err(|e| cache_err(e, false))?;
+    let mut deleted = Vec::new();
+    for item in &page.items {
+        let it = Target { namespace: Some(item.namespace().to_owned()).filter(|_| t.info.namespaced), name: Some(item.name().to_owned()), subresource: None, info: t.info.clone() };
+        match delete(shard, &it, item.name(), headers, query, raw).await {
+            Ok(_) => deleted.push(item.clone()),
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(body::json(StatusCode::OK, body::list(&t.info, shard.served(&t.info).cache.synced(), None, None, None, &deleted)))
+}

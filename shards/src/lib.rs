@@ -1,0 +1,22 @@
+//! # shardplane-shard
+//!
+//! Owns the shard process: the Kubernetes REST surface (discovery, CRUD, LIST, WATCH, status
+//! subresources, namespace lifecycle) for the object keys whose placement hash falls in this
+//! shard's ranges, served from one watch cache per resource and written through to etcd.
+//!
+//! It must never serve or cache a key outside its ranges (those get a 421 `NotOwned` Status that a
+//! router acts on), never answer a read from a cache that has not reached the requested revision,
+//! and never write to etcd except by compare-and-swap on the object's own key.
+
+pub mod body;
+pub mod discovery;
+pub mod handlers;
+pub mod metrics;
+pub mod namespaces;
+pub mod path;
+pub mod server;
+pub mod shard;
+pub mod watch;
+
+pub use server::{serve, ShardConfig};
+pub use shard::Shard;

@@ -1,0 +1,63 @@
+//! Prometheus metrics with upstream's names where one exists.
+
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
+
+/// The shard's metrics.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// `apiserver_request_total{verb,group,version,resource,subresource,scope,component,code}`
+    pub requests: IntCounterVec,
+    /// `apiserver_request_duration_seconds{verb,group,version,resource,subresource,scope,component}`
+    pub duration: HistogramVec,
+    /// `apiserver_storage_objects{resource}` (objects in this shard's caches)
+    pub storage_objects: IntGaugeVec,
+    /// `apiserver_watch_cache_bytes{resource}`: serialized bytes held (shardplane-specific)
+    pub cache_bytes: IntGaugeVec,
+    /// `apiserver_watch_events_total{group,version,kind}`
+    pub watch_events: IntCounterVec,
+    /// `apiserver_registered_watchers{group,version,kind}`
+    pub watchers: IntGaugeVec,
+    /// `apiserver_terminated_watchers_total{resource}`
+    pub terminated_watchers: IntGaugeVec,
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let requests = IntCounterVec::new(
+            Opts::new("apiserver_request_total", "Counter of apiserver requests broken out for each verb, dry run value, group, version, resource, scope, component, and HTTP response code."),
+            &["verb", "group", "version", "resource", "subresource", "scope", "component", "code"],
+        )
+        .expect("metric");
+        let duration = HistogramVec::new(
+            HistogramOpts::new("apiserver_request_duration_seconds", "Response latency distribution in seconds for each verb, dry run value, group, version, resource, subresource, scope and component.")
+                .buckets(vec![0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0]),
+            &["verb", "group", "version", "resource", "subresource", "scope", "component"],
+        )
+        .expect("metric");
+        let storage_objects = IntGaugeVec::new(Opts::new("apiserver_storage_objects", "Number of stored objects at the time of last check split by kind."), &["resource"]).expect("metric");
+        let cache_bytes = IntGaugeVec::new(Opts::new("apiserver_watch_cache_bytes", "Serialized bytes held by the watch cache, by resource."), &["resource"]).expect("metric");
+        let watch_events = IntCounterVec::new(Opts::new("apiserver_watch_events_total", "Number of events sent in watch clients"), &["group", "version", "kind"]).expect("metric");
+        let watchers = IntGaugeVec::new(Opts::new("apiserver_registered_watchers", "Number of currently registered watchers for a given resources"), &["group", "version", "kind"]).expect("metric");
+        let terminated_watchers = IntGaugeVec::new(Opts::new("apiserver_terminated_watchers_total", "Number of watchers terminated because of being unresponsive, per resource"), &["resource"]).expect("metric");
+        for m in [Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>, Box::new(duration.clone()), Box::new(storage_objects.clone()), Box::new(cache_bytes.clone()), Box::new(watch_events.clone()), Box::new(watchers.clone()), Box::new(terminated_watchers.clone())] {
+            registry.register(m).expect("register");
+        }
+        Self { registry, requests, duration, storage_objects, cache_bytes, watch_events, watchers, terminated_watchers }
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("encode metrics");
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,203 @@
+//! The HTTP server: routing, request parsing, health, metrics, tracing.
+
+use crate::body;
+use crate::discovery;
+use crate::handlers;
+use crate::path;
+use crate::shard::Shard;
+use crate::watch;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, Response, StatusCode};
+use axum::Router;
+use shardplane_apimachinery::list_options::ListOptions;
+use shardplane_apimachinery::ApiError;
+use shardplane_keyspace::RangeSet;
+use shardplane_storage::Storage;
+use shardplane_watchcache::CacheConfig;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// Everything a shard process needs to start.
+#[derive(Clone, Debug)]
+pub struct ShardConfig {
+    pub id: String,
+    pub etcd_endpoints: Vec<String>,
+    pub listen: SocketAddr,
+    pub ranges: RangeSet,
+    pub cache: CacheConfig,
+    pub compaction_interval: Option<Duration>,
+    pub bookmark_interval: Duration,
+    pub namespace_sweep: Duration,
+}
+
+/// Connects to etcd, starts the caches and background loops, and serves HTTP until `shutdown`.
+/// Calls `on_listen` with the bound address (port 0 picks a free one).
+pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+    let storage = Storage::connect(&config.etcd_endpoints).await.map_err(std::io::Error::other)?;
+    let mut shard = Shard::start(config.id.clone(), storage.clone(), config.ranges.clone(), config.cache.clone(), shutdown.clone());
+    Arc::get_mut(&mut shard).expect("fresh shard").bookmark_interval = config.bookmark_interval;
+    if let Some(interval) = config.compaction_interval {
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shardplane_storage::run_compactor(storage, interval) => {}
+                _ = token.cancelled() => {}
+            }
+        });
+    }
+    tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
+    let app = router(shard);
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    on_listen(listener.local_addr()?);
+    tracing::info!(id = %config.id, addr = %listener.local_addr()?, ranges = %config.ranges, "shard serving");
+    let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
+        let _ = s.set_nodelay(true);
+    });
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}
+
+/// The HTTP routes of a shard.
+pub fn router(shard: Arc<Shard>) -> Router {
+    Router::new().fallback(dispatch).with_state(shard)
+}
+
+fn labels_for(method: &Method, target: Option<&path::Target>, watch: bool) -> (String, String, String, String, String, String) {
+    let Some(t) = target else { return (method.as_str().to_owned(), String::new(), String::new(), String::new(), String::new(), String::new()) };
+    let verb = match (method.as_str(), t.name.is_some(), watch) {
+        ("GET", _, true) => "WATCH",
+        ("GET", false, _) => "LIST",
+        ("GET", true, _) => "GET",
+        ("POST", _, _) => "POST",
+        ("PUT", _, _) => "PUT",
+        ("PATCH", _, _) => "PATCH",
+        ("DELETE", false, _) => "DELETECOLLECTION",
+        ("DELETE", true, _) => "DELETE",
+        (m, _, _) => m,
+    };
+    let scope = if t.name.is_some() { "resource" } else if t.namespace.is_some() { "namespace" } else { "cluster" };
+    (verb.to_owned(), t.info.group.to_owned(), t.info.version.to_owned(), t.info.plural.to_owned(), t.subresource.clone().unwrap_or_default(), scope.to_owned())
+}
+
+async fn dispatch(State(shard): State<Arc<Shard>>, req: Request) -> Response<Body> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let target = path::parse(&path, &shard.resources);
+    let watch = target.as_ref().is_some_and(|t| t.name.is_none()) && method == Method::GET && handlers::form_value(&query, "watch").is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"));
+    let (verb, group, version, resource, sub, scope) = labels_for(&method, target.as_ref(), watch);
+    let span = tracing::info_span!("request", %verb, %path, resource = %resource, shard = %shard.id);
+    let resp = async {
+        let (parts, body) = req.into_parts();
+        let raw = match axum::body::to_bytes(body, body::MAX_BODY + 1).await {
+            Ok(b) if b.len() > body::MAX_BODY => return body::error(&ApiError::too_large(body::MAX_BODY)),
+            Ok(b) => b,
+            Err(_) => return body::error(&ApiError::too_large(body::MAX_BODY)),
+        };
+        match handle(&shard, &method, &path, &query, &parts.headers, &raw, target).await {
+            Ok(r) => r,
+            Err(e) => {
+                if e.code >= 500 {
+                    tracing::warn!(code = e.code, message = %e.message, "request failed");
+                }
+                body::error(&e)
+            }
+        }
+    }
+    .instrument(span)
+    .await;
+    if !resource.is_empty() || matches!(path.as_str(), "/api" | "/apis" | "/version") {
+        let code = resp.status().as_u16().to_string();
+        shard.metrics.requests.with_label_values(&[&verb, &group, &version, &resource, &sub, &scope, "apiserver", &code]).inc();
+        if !watch {
+            shard.metrics.duration.with_label_values(&[&verb, &group, &version, &resource, &sub, &scope, "apiserver"]).observe(started.elapsed().as_secs_f64());
+        }
+    }
+    resp
+}
+
+async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, headers: &axum::http::HeaderMap, raw: &[u8], target: Option<path::Target>) -> Result<Response<Body>, ApiError> {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let get = *method == Method::GET;
+    let json_ok = |v: serde_json::Value| Ok(body::json(StatusCode::OK, serde_json::to_vec(&v).expect("json")));
+    match path.trim_end_matches('/') {
+        "/healthz" | "/livez" if get => return Ok(text(StatusCode::OK, "ok")),
+        "/readyz" if get => {
+            return Ok(if shard.ready() { text(StatusCode::OK, "ok") } else { text(StatusCode::INTERNAL_SERVER_ERROR, "[-]watch-caches not synced\nreadyz check failed") });
+        }
+        "/metrics" if get => {
+            for s in shard.all_served() {
+                let st = s.cache.stats();
+                shard.metrics.storage_objects.with_label_values(&[&s.info.plural.to_string()]).set(st.objects as i64);
+                shard.metrics.cache_bytes.with_label_values(&[&s.info.plural.to_string()]).set(st.bytes as i64);
+                shard.metrics.terminated_watchers.with_label_values(&[&s.info.plural.to_string()]).set(st.terminated_watchers as i64);
+            }
+            let mut r = Response::new(Body::from(shard.metrics.render()));
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+            return Ok(r);
+        }
+        "/version" if get => return json_ok(discovery::version()),
+        "/api" if get => {
+            if discovery::wants_aggregated(accept) {
+                return Ok(aggregated(discovery::aggregated(&shard.resources, true)));
+            }
+            return json_ok(discovery::api_versions());
+        }
+        "/apis" if get => {
+            if discovery::wants_aggregated(accept) {
+                return Ok(aggregated(discovery::aggregated(&shard.resources, false)));
+            }
+            return json_ok(discovery::api_group_list(&shard.resources));
+        }
+        "/api/v1" if get => return json_ok(discovery::resource_list(&shard.resources, "", "v1").expect("core")),
+        _ => {}
+    }
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if get {
+        match segs.as_slice() {
+            ["apis", g] => return discovery::api_group(&shard.resources, g).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
+            ["apis", g, v] => return discovery::resource_list(&shard.resources, g, v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
+            _ => {}
+        }
+    }
+    let Some(t) = target else { return Err(ApiError::path_not_found()) };
+    if get || *method == Method::DELETE {
+        body::accepts_json(headers)?;
+    }
+    let name = t.name.clone();
+    match (method.as_str(), name.as_deref()) {
+        ("GET", None) => {
+            let o = ListOptions::parse(query, &t.info)?;
+            if o.watch { watch::watch(shard.clone(), t, o).await } else { handlers::list(shard, &t, &o).await }
+        }
+        ("GET", Some(n)) => {
+            if t.subresource.as_deref().is_some_and(|s| s != "status") {
+                return Err(ApiError::method_not_allowed("get", t.info.group, t.info.plural));
+            }
+            handlers::get(shard, &t, n, query).await
+        }
+        ("POST", None) => handlers::create(shard, &t, headers, query, raw).await,
+        ("PUT", Some(n)) => handlers::update(shard, &t, n, headers, query, raw).await,
+        ("PATCH", Some(n)) => handlers::patch(shard, &t, n, headers, query, raw).await,
+        ("DELETE", Some(n)) => handlers::delete(shard, &t, n, headers, query, raw).await,
+        ("DELETE", None) => handlers::delete_collection(shard, &t, headers, query, raw).await,
+        (m, _) => Err(ApiError::method_not_allowed(&m.to_ascii_lowercase(), t.info.group, t.info.plural)),
+    }
+}
+
+fn text(code: StatusCode, s: &'static str) -> Response<Body> {
+    let mut r = Response::new(Body::from(s));
+    *r.status_mut() = code;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+fn aggregated(v: serde_json::Value) -> Response<Body> {
+    let mut r = body::json(StatusCode::OK, serde_json::to_vec(&v).expect("json"));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(discovery::AGGREGATED_V2));
+    r
+}

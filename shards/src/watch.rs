@@ -1,0 +1,157 @@
+//! WATCH: newline-delimited JSON events from the cache, with bookmarks, `sendInitialEvents` and
+//! its `k8s.io/initial-events-end` bookmark, and 410 as an ERROR event on a 200 stream.
+
+use crate::handlers::{filter, WAIT};
+use crate::path::Target;
+use crate::shard::Shard;
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Response, StatusCode};
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::json;
+use shardplane_apimachinery::list_options::{ListOptions, WatchStart};
+use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::ApiError;
+use shardplane_watchcache::{CacheError, WatchMsg, Watcher};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Chunks buffered between the cache and the connection; past it the cache closes the watcher.
+const CONNECTION_BUFFER: usize = 64;
+
+fn event_line(kind: &str, object: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(object.len() + 32);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(kind.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(object);
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
+fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        let blueprint = json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": {}, "items": null});
+        let b64 = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&blueprint).expect("blueprint"));
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true", "kubernetes.io/initial-events-list-blueprint": b64});
+    }
+    let obj = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta});
+    event_line("BOOKMARK", &serde_json::to_vec(&obj).expect("bookmark"))
+}
+
+fn error_line(e: &ApiError) -> Bytes {
+    event_line("ERROR", &e.to_json())
+}
+
+fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
+    let body = Body::from_stream(futures::StreamExt::map(ReceiverStream::new(rx), Ok::<Bytes, std::convert::Infallible>));
+    let mut r = Response::new(body);
+    *r.status_mut() = StatusCode::OK;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+    r
+}
+
+/// Serves a WATCH. Errors before the stream starts (bad options) are plain HTTP errors; once the
+/// resourceVersion is accepted, failures are ERROR events, as upstream.
+pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions) -> Result<Response<Body>, ApiError> {
+    let info = t.info.clone();
+    let cache = shard.served(&info).cache.clone();
+    let f = filter(&t, &o);
+    let start = o.watch_start();
+    let (tx, rx) = mpsc::channel::<Bytes>(CONNECTION_BUFFER);
+    let opened: Result<Watcher, ApiError> = async {
+        let wait_for = match start {
+            WatchStart::MostRecentWithState | WatchStart::InitialEvents(None) => Some(shard.storage.current_revision().await.map_err(|e| ApiError::unavailable(e.to_string()))?),
+            WatchStart::InitialEvents(Some(rv)) | WatchStart::After(rv) => Some(rv),
+            WatchStart::AnyWithState => None,
+        };
+        if let Some(rv) = wait_for {
+            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
+        }
+        let after = match start {
+            WatchStart::After(rv) => Some(rv),
+            _ => None,
+        };
+        cache.watch(after, f, o.allow_bookmarks).map_err(|e| match e {
+            CacheError::TooOld { requested, oldest } => ApiError::expired(format!("too old resource version: {requested} ({oldest})"), None),
+            CacheError::TooNew { requested, current } => ApiError::too_large_resource_version(requested, current),
+            CacheError::NotReady => ApiError::too_many_requests("storage is (re)initializing", 1),
+        })
+    }
+    .await;
+    let mut watcher = match opened {
+        Ok(w) => w,
+        Err(e) if e.code == 410 || e.code == 504 => {
+            let _ = tx.try_send(error_line(&e));
+            return Ok(stream_response(rx));
+        }
+        Err(e) => return Err(e),
+    };
+    // Upstream: timeoutSeconds, else a random 30-60 minutes.
+    let timeout = Duration::from_secs(o.timeout_seconds.unwrap_or_else(|| 1800 + rand_secs(1800)));
+    let send_initial_end = matches!(start, WatchStart::InitialEvents(_)) && o.allow_bookmarks;
+    let bookmarks = o.allow_bookmarks;
+    let interval = shard.bookmark_interval;
+    let shutdown = shard.shutdown.clone();
+    let metrics = shard.metrics.clone();
+    let labels = [info.group, info.version, info.kind];
+    metrics.watchers.with_label_values(&labels).inc();
+    tokio::spawn(async move {
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut last_rv = watcher.start_rv;
+        let mut initial_left = watcher.initial_events;
+        if initial_left == 0 && send_initial_end && tx.send(bookmark(&info, last_rv, true)).await.is_err() {
+            metrics.watchers.with_label_values(&labels).dec();
+            return;
+        }
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        let mut bookmarked = last_rv;
+        loop {
+            tokio::select! {
+                msg = watcher.next() => {
+                    let Some(msg) = msg else { break };
+                    let line = match msg {
+                        WatchMsg::Event(kind, obj) => {
+                            last_rv = last_rv.max(obj.rv);
+                            metrics.watch_events.with_label_values(&labels).inc();
+                            event_line(kind.as_str(), &obj.bytes)
+                        }
+                        WatchMsg::Progress(rv) => {
+                            last_rv = last_rv.max(rv);
+                            continue;
+                        }
+                    };
+                    if tx.send(line).await.is_err() {
+                        break;
+                    }
+                    if initial_left > 0 {
+                        initial_left -= 1;
+                        if initial_left == 0 && send_initial_end && tx.send(bookmark(&info, watcher.start_rv, true)).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                _ = tick.tick(), if bookmarks => {
+                    if last_rv > bookmarked && tx.send(bookmark(&info, last_rv, false)).await.is_err() {
+                        break;
+                    }
+                    bookmarked = last_rv;
+                }
+                _ = &mut deadline => break,
+                _ = shutdown.cancelled() => break,
+                _ = tx.closed() => break,
+            }
+        }
+        metrics.watchers.with_label_values(&labels).dec();
+    });
+    Ok(stream_response(rx))
+}
+
+fn rand_secs(max: u64) -> u64 {
+    u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8 bytes")) % max.max(1)
+}

@@ -1,0 +1,376 @@
+//! Integration tests of one shard against a real etcd: every verb, the resourceVersion rules,
+//! paging, selectors, watch semantics, errors, namespace lifecycle, and range ownership.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use shardplane_keyspace::{HashRange, ObjectKey, RangeSet};
+use std::time::Duration;
+
+const CM: &str = "/api/v1/namespaces/demo/configmaps";
+const T: Duration = Duration::from_secs(10);
+
+async fn setup() -> (Etcd, TestShard) {
+    let etcd = Etcd::start().await;
+    let shard = TestShard::start(test_config(&etcd, RangeSet::full())).await;
+    shard.namespace("demo").await;
+    (etcd, shard)
+}
+
+fn rv(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"].as_str().expect("resourceVersion").parse().expect("integer RV")
+}
+
+#[tokio::test]
+async fn crud_with_server_set_fields_and_preconditions() {
+    let (_etcd, s) = setup().await;
+    let (code, created) = s.post(CM, &configmap("a", json!({"app": "web"}))).await;
+    assert_eq!(code, 201, "{created}");
+    let uid = created["metadata"]["uid"].as_str().unwrap().to_owned();
+    assert_eq!(uid.len(), 36);
+    assert!(created["metadata"]["creationTimestamp"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(created["metadata"]["namespace"], "demo");
+    let rv1 = rv(&created);
+
+    // GET returns the same object (consistent read waits for the cache).
+    let (code, got) = s.get(&format!("{CM}/a")).await;
+    assert_eq!(code, 200);
+    assert_eq!(got, created);
+
+    // Duplicate create: 409 AlreadyExists.
+    let (code, st) = s.post(CM, &configmap("a", json!({}))).await;
+    assert_eq!((code, st["reason"].as_str()), (409, Some("AlreadyExists")));
+    assert_eq!(st["message"], "configmaps \"a\" already exists");
+
+    // Update with the current RV succeeds and moves the RV; a stale RV conflicts.
+    let mut upd = created.clone();
+    upd["data"]["k"] = "changed".into();
+    let (code, updated) = s.put(&format!("{CM}/a"), &upd).await;
+    assert_eq!(code, 200, "{updated}");
+    assert!(rv(&updated) > rv1);
+    assert_eq!(updated["metadata"]["uid"], uid.as_str());
+    let (code, st) = s.put(&format!("{CM}/a"), &upd).await;
+    assert_eq!((code, st["reason"].as_str()), (409, Some("Conflict")));
+    // Unconditional update (no RV) succeeds.
+    upd["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    upd["data"]["k"] = "again".into();
+    assert_eq!(s.put(&format!("{CM}/a"), &upd).await.0, 200);
+
+    // The three patch types.
+    let (code, p) = s.send("PATCH", &format!("{CM}/a"), "application/merge-patch+json", r#"{"metadata":{"labels":{"tier":"front"}}}"#).await;
+    assert_eq!((code, &p["metadata"]["labels"]), (200, &json!({"app": "web", "tier": "front"})));
+    let (code, p) = s.send("PATCH", &format!("{CM}/a"), "application/json-patch+json", r#"[{"op":"replace","path":"/data/k","value":"jp"}]"#).await;
+    assert_eq!((code, &p["data"]["k"]), (200, &json!("jp")));
+    let (code, p) = s.send("PATCH", &format!("{CM}/a"), "application/strategic-merge-patch+json", r#"{"metadata":{"labels":{"app":null}}}"#).await;
+    assert_eq!((code, &p["metadata"]["labels"]), (200, &json!({"tier": "front"})));
+    // A failing JSON patch test op is 422; a stale RV in a merge patch is 409.
+    let (code, _) = s.send("PATCH", &format!("{CM}/a"), "application/json-patch+json", r#"[{"op":"test","path":"/data/k","value":"nope"}]"#).await;
+    assert_eq!(code, 422);
+    let (code, st) = s.send("PATCH", &format!("{CM}/a"), "application/merge-patch+json", r#"{"metadata":{"resourceVersion":"1"}}"#).await;
+    assert_eq!((code, st["reason"].as_str()), (409, Some("Conflict")));
+    let (code, _) = s.send("PATCH", &format!("{CM}/a"), "text/plain", "x").await;
+    assert_eq!(code, 415);
+
+    // DELETE with a wrong uid precondition conflicts; then deletes, returning a Success Status.
+    let (code, st) = s.delete(&format!("{CM}/a"), Some(&json!({"preconditions": {"uid": "wrong"}}))).await;
+    assert_eq!((code, st["reason"].as_str()), (409, Some("Conflict")));
+    let (code, st) = s.delete(&format!("{CM}/a"), None).await;
+    assert_eq!((code, st["status"].as_str(), st["details"]["uid"].as_str()), (200, Some("Success"), Some(uid.as_str())));
+    let (code, st) = s.get(&format!("{CM}/a")).await;
+    assert_eq!((code, st["reason"].as_str()), (404, Some("NotFound")));
+    assert_eq!(s.delete(&format!("{CM}/a"), None).await.0, 404);
+}
+
+#[tokio::test]
+async fn writes_follow_upstream_rules() {
+    let (_etcd, s) = setup().await;
+    // generateName.
+    let (code, g) = s.post(CM, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "gen-"}})).await;
+    assert_eq!(code, 201);
+    assert!(g["metadata"]["name"].as_str().unwrap().starts_with("gen-") && g["metadata"]["name"].as_str().unwrap().len() == 9);
+    // dryRun=All persists nothing.
+    let (code, _) = s.post(&format!("{CM}?dryRun=All"), &configmap("dry", json!({}))).await;
+    assert_eq!(code, 201);
+    assert_eq!(s.get(&format!("{CM}/dry")).await.0, 404);
+    // Generation moves only with spec; the status subresource ignores spec; main ignores status.
+    let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    let (code, d) = s.post("/apis/apps/v1/namespaces/demo/deployments", &deploy).await;
+    assert_eq!((code, &d["metadata"]["generation"]), (201, &json!(1)));
+    let path = "/apis/apps/v1/namespaces/demo/deployments/web";
+    let (_, d) = s.send("PATCH", path, "application/merge-patch+json", r#"{"metadata":{"labels":{"x":"y"}}}"#).await;
+    assert_eq!(d["metadata"]["generation"], 1);
+    let (_, d) = s.send("PATCH", path, "application/strategic-merge-patch+json", r#"{"spec":{"replicas":3,"template":{"spec":{"containers":[{"name":"c","image":"nginx:2"}]}}},"status":{"replicas":9}}"#).await;
+    assert_eq!((&d["metadata"]["generation"], &d["spec"]["replicas"], &d["status"]), (&json!(2), &json!(3), &Value::Null));
+    assert_eq!(d["spec"]["template"]["spec"]["containers"], json!([{"name": "c", "image": "nginx:2"}]));
+    let (code, d) = s.send("PATCH", &format!("{path}/status"), "application/merge-patch+json", r#"{"spec":{"replicas":7},"status":{"replicas":3}}"#).await;
+    assert_eq!((code, &d["spec"]["replicas"], &d["status"]["replicas"], &d["metadata"]["generation"]), (200, &json!(3), &json!(3), &json!(2)));
+    // Finalizers: delete marks, removing the last finalizer deletes.
+    let mut fin = configmap("fin", json!({}));
+    fin["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    assert_eq!(s.post(CM, &fin).await.0, 201);
+    let (code, marked) = s.delete(&format!("{CM}/fin"), None).await;
+    assert!(code == 200 || code == 202, "{code}");
+    assert!(marked["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(s.get(&format!("{CM}/fin")).await.0, 200);
+    let (code, _) = s.send("PATCH", &format!("{CM}/fin"), "application/merge-patch+json", r#"{"metadata":{"finalizers":null}}"#).await;
+    assert_eq!(code, 200);
+    wait_for(T, || async { s.get(&format!("{CM}/fin")).await.0 == 404 }).await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_upstream_status() {
+    let (_etcd, s) = setup().await;
+    let cases: Vec<(&str, String, &str, Vec<u8>, u16, &str)> = vec![
+        ("POST", CM.to_string(), "application/json", b"{not json".to_vec(), 400, "BadRequest"),
+        ("POST", CM.to_string(), "application/json", b"[1,2]".to_vec(), 400, "BadRequest"),
+        ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"apps/v1","kind":"ConfigMap","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Bad_Name"}}"#.to_vec(), 422, "Invalid"),
+        ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","labels":{"a":"b c"}}}"#.to_vec(), 422, "Invalid"),
+        ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{}}"#.to_vec(), 422, "Invalid"),
+        ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"other"}}"#.to_vec(), 400, "BadRequest"),
+        ("POST", "/api/v1/namespaces/missing/configmaps".to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#.to_vec(), 404, "NotFound"),
+        ("POST", CM.to_string(), "application/vnd.kubernetes.protobuf", b"k8s\0".to_vec(), 415, "UnsupportedMediaType"),
+        ("POST", CM.to_string(), "application/json", vec![b' '; 3 * 1024 * 1024 + 10], 413, "RequestEntityTooLarge"),
+        ("PUT", format!("{CM}/other"), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
+        ("GET", format!("{CM}?limit=-1"), "", vec![], 422, "Invalid"),
+        ("GET", format!("{CM}?limit=abc"), "", vec![], 400, "BadRequest"),
+        ("GET", format!("{CM}?continue=garbage!"), "", vec![], 400, "BadRequest"),
+        ("GET", format!("{CM}?labelSelector=a%20in%20("), "", vec![], 400, "BadRequest"),
+        ("GET", format!("{CM}?fieldSelector=spec.nope%3Dx"), "", vec![], 400, "BadRequest"),
+        ("GET", format!("{CM}?resourceVersion=abc"), "", vec![], 400, "BadRequest"),
+        ("GET", format!("{CM}?resourceVersionMatch=Exact"), "", vec![], 422, "Invalid"),
+        ("GET", format!("{CM}?resourceVersion=0&resourceVersionMatch=Exact"), "", vec![], 422, "Invalid"),
+        ("GET", format!("{CM}?sendInitialEvents=true"), "", vec![], 422, "Invalid"),
+        ("GET", format!("{CM}?watch=1&sendInitialEvents=true"), "", vec![], 422, "Invalid"),
+        ("GET", format!("{CM}?resourceVersion=999999999&resourceVersionMatch=NotOlderThan"), "", vec![], 504, "Timeout"),
+        ("GET", "/api/v1/nothings".to_string(), "", vec![], 404, "NotFound"),
+        ("POST", format!("{CM}/x"), "application/json", b"{}".to_vec(), 405, "MethodNotAllowed"),
+        ("GET", "/api/v1/namespaces/demo/configmaps/x/bogus".to_string(), "", vec![], 405, "MethodNotAllowed"),
+        ("GET", "/api/v1/namespaces/demo/configmaps/x".to_string(), "", vec![], 404, "NotFound"),
+    ];
+    for (method, path, ct, body, code, reason) in cases {
+        let (got, st) = s.send(method, &path, if ct.is_empty() { "application/json" } else { ct }, body).await;
+        assert_eq!((got, st["kind"].as_str(), st["reason"].as_str(), st["code"].as_u64()), (code, Some("Status"), Some(reason), Some(code as u64)), "{method} {path}: {st}");
+    }
+    let (_, st) = s.post(CM, &json!({"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Bad_Name"}})).await;
+    assert_eq!(st["details"]["causes"][0]["field"], "metadata.name");
+    // Nothing was written by any of the above.
+    let (_, list) = s.get(CM).await;
+    assert_eq!(list["items"], json!([]));
+    // An Accept nothing satisfies is 406; kubectl's Table-first list is answered in JSON.
+    let r = client().get(format!("{}{CM}", s.url)).header("accept", "application/vnd.kubernetes.protobuf").send().await.unwrap();
+    assert_eq!(r.status(), 406);
+    let r = client().get(format!("{}{CM}", s.url)).header("accept", "application/json;as=Table;v=v1;g=meta.k8s.io,application/json").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn list_paging_selectors_and_resource_versions() {
+    let (_etcd, s) = setup().await;
+    s.namespace("other").await;
+    for i in 0..23 {
+        let color = if i % 3 == 0 { "red" } else { "blue" };
+        assert_eq!(s.post(CM, &configmap(&format!("cm-{i:02}"), json!({"color": color, "n": i.to_string()}))).await.0, 201);
+    }
+    assert_eq!(s.post("/api/v1/namespaces/other/configmaps", &configmap("elsewhere", json!({"color": "red"}))).await.0, 201);
+    let (_, full) = s.get(CM).await;
+    let full_rv = rv(&full);
+    let names: Vec<String> = full["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(names, (0..23).map(|i| format!("cm-{i:02}")).collect::<Vec<_>>());
+
+    // Paging: every page at the first page's RV, in order, remainingItemCount consistent.
+    let mut got = Vec::new();
+    let mut cont = String::new();
+    let mut page_rv = None;
+    loop {
+        let q = if cont.is_empty() { format!("{CM}?limit=5") } else { format!("{CM}?limit=5&continue={cont}") };
+        let (code, page) = s.get(&q).await;
+        assert_eq!(code, 200, "{page}");
+        let this_rv = rv(&page);
+        assert_eq!(*page_rv.get_or_insert(this_rv), this_rv);
+        let items = page["items"].as_array().unwrap();
+        assert!(items.len() <= 5);
+        got.extend(items.iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()));
+        match page["metadata"]["continue"].as_str() {
+            Some(c) => {
+                assert_eq!(page["metadata"]["remainingItemCount"].as_u64().unwrap() as usize, 23 - got.len());
+                cont = c.to_owned();
+                // Writes while paging do not show up in later pages.
+                let _ = s.post(CM, &configmap(&format!("zz-{}", got.len()), json!({}))).await;
+            }
+            None => break,
+        }
+    }
+    assert_eq!(got, names);
+
+    // Exact list at an older RV shows the state then.
+    assert_eq!(s.delete(&format!("{CM}/cm-00"), None).await.0, 200);
+    let (code, old) = s.get(&format!("{CM}?resourceVersion={full_rv}&resourceVersionMatch=Exact")).await;
+    assert_eq!((code, rv(&old), old["items"].as_array().unwrap().len()), (200, full_rv, 23));
+    let (_, now) = s.get(CM).await;
+    assert!(now["items"].as_array().unwrap().iter().all(|i| i["metadata"]["name"] != "cm-00"));
+    // RV=0 is served from the cache; NotOlderThan is at least as new.
+    let (code, any) = s.get(&format!("{CM}?resourceVersion=0")).await;
+    assert_eq!(code, 200);
+    assert!(rv(&any) >= full_rv);
+    let (_, nol) = s.get(&format!("{CM}?resourceVersion={full_rv}&resourceVersionMatch=NotOlderThan")).await;
+    assert!(rv(&nol) >= full_rv);
+
+    // Label selectors (set-based too) and field selectors.
+    let (_, red) = s.get(&format!("{CM}?labelSelector=color%3Dred")).await;
+    assert_eq!(red["items"].as_array().unwrap().len(), 7); // 3,6,..,21 (0 deleted)
+    let (_, sel) = s.get(&format!("{CM}?labelSelector=color%20in%20(red),n%20notin%20(3,6)")).await;
+    assert_eq!(sel["items"].as_array().unwrap().len(), 5);
+    let (_, by_name) = s.get(&format!("{CM}?fieldSelector=metadata.name%3Dcm-05")).await;
+    assert_eq!(by_name["items"].as_array().unwrap().len(), 1);
+    let (_, all_ns) = s.get("/api/v1/configmaps?labelSelector=color%3Dred").await;
+    assert_eq!(all_ns["items"].as_array().unwrap().len(), 8);
+    // A limited, selected list has a continue token but no remainingItemCount.
+    let (_, lim) = s.get(&format!("{CM}?labelSelector=color%3Dred&limit=2")).await;
+    assert!(lim["metadata"]["continue"].is_string() && lim["metadata"].get("remainingItemCount").is_none());
+    // KEP-5866 shardSelector: complementary halves partition the list and are echoed.
+    let lo = "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')";
+    let hi = "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')";
+    let (_, a) = s.get(&format!("{CM}?shardSelector={}", urlencode(lo))).await;
+    let (_, b) = s.get(&format!("{CM}?shardSelector={}", urlencode(hi))).await;
+    assert_eq!(a["metadata"]["shardInfo"]["selector"], lo);
+    assert_eq!(a["items"].as_array().unwrap().len() + b["items"].as_array().unwrap().len(), now["items"].as_array().unwrap().len());
+    let (code, _) = s.get(&format!("{CM}?shardSelector={}", urlencode("shardRange(object.metadata.uid, '0x0', '0x1')"))).await;
+    assert_eq!(code, 400);
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
+}
+
+#[tokio::test]
+async fn watch_semantics() {
+    let etcd = Etcd::start().await;
+    let mut cfg = test_config(&etcd, RangeSet::full());
+    cfg.cache.history_max_events = 20;
+    let s = TestShard::start(cfg).await;
+    s.namespace("demo").await;
+    let (_, a) = s.post(CM, &configmap("a", json!({"color": "red"}))).await;
+    let start = rv(&a);
+
+    // From an RV: exactly the later changes, in order, no initial state.
+    let mut all = s.watch(&format!("{CM}?watch=1&resourceVersion={start}")).await;
+    let mut red = s.watch(&format!("{CM}?watch=1&resourceVersion={start}&labelSelector=color%3Dred")).await;
+    let (_, b) = s.post(CM, &configmap("b", json!({"color": "blue"}))).await;
+    let (_, a2) = s.send("PATCH", &format!("{CM}/a"), "application/merge-patch+json", r#"{"metadata":{"labels":{"color":"blue"}}}"#).await;
+    let (_, a3) = s.send("PATCH", &format!("{CM}/a"), "application/merge-patch+json", r#"{"metadata":{"labels":{"color":"red"}}}"#).await;
+    s.delete(&format!("{CM}/a"), None).await;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let e = all.next_change(T).await.expect("event");
+        seen.push((e["type"].as_str().unwrap().to_owned(), rv(&e["object"])));
+    }
+    let del_rv = seen[3].1;
+    assert_eq!(seen, vec![("ADDED".into(), rv(&b)), ("MODIFIED".into(), rv(&a2)), ("MODIFIED".into(), rv(&a3)), ("DELETED".into(), del_rv)]);
+    assert!(del_rv > rv(&a3));
+    // The selector watch sees the transitions as DELETED / ADDED, with the object equal to the write.
+    let mut red_seen = Vec::new();
+    for _ in 0..3 {
+        let e = red.next_change(T).await.expect("event");
+        red_seen.push((e["type"].as_str().unwrap().to_owned(), e["object"].clone()));
+    }
+    assert_eq!(red_seen[0], ("DELETED".to_owned(), a2.clone()));
+    assert_eq!(red_seen[1], ("ADDED".to_owned(), a3.clone()));
+    assert_eq!(red_seen[2].0, "DELETED");
+
+    // RV unset: synthetic ADDED for the current state first.
+    let mut fresh = s.watch(&format!("{CM}?watch=1")).await;
+    let e = fresh.next_change(T).await.unwrap();
+    assert_eq!((e["type"].as_str(), e["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("b")));
+
+    // sendInitialEvents: state, then one initial-events-end bookmark, then changes.
+    let mut wl = s.watch(&format!("{CM}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")).await;
+    let e = wl.next(T).await.unwrap();
+    assert_eq!((e["type"].as_str(), e["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("b")));
+    let bm = wl.next(T).await.unwrap();
+    assert_eq!(bm["type"], "BOOKMARK");
+    assert_eq!(bm["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"], "true");
+    assert!(bm["object"]["metadata"]["annotations"]["kubernetes.io/initial-events-list-blueprint"].is_string());
+    assert!(rv(&bm["object"]) >= rv(&b));
+    let (_, c) = s.post(CM, &configmap("c", json!({}))).await;
+    let e = wl.next_change(T).await.unwrap();
+    assert_eq!((e["type"].as_str(), rv(&e["object"])), (Some("ADDED"), rv(&c)));
+    // Bookmarks arrive on an idle stream when allowed, with an RV no older than what was seen.
+    let bm = loop {
+        let e = wl.next(T).await.expect("bookmark");
+        if e["type"] == "BOOKMARK" {
+            break e;
+        }
+    };
+    assert!(rv(&bm["object"]) >= rv(&c));
+    assert_eq!(bm["object"]["kind"], "ConfigMap");
+
+    // timeoutSeconds ends the stream.
+    let mut short = s.watch(&format!("{CM}?watch=1&resourceVersion={}&timeoutSeconds=1", rv(&c))).await;
+    assert!(short.next(Duration::from_secs(5)).await.is_none());
+
+    // Push the start RV out of the bounded history: a watch from it gets a 410 ERROR event.
+    for i in 0..30 {
+        s.post(CM, &configmap(&format!("h{i}"), json!({}))).await;
+    }
+    let mut old = s.watch(&format!("{CM}?watch=1&resourceVersion={start}")).await;
+    let e = old.next(T).await.unwrap();
+    assert_eq!((e["type"].as_str(), e["object"]["code"].as_u64(), e["object"]["reason"].as_str()), (Some("ERROR"), Some(410), Some("Expired")));
+    assert!(e["object"]["message"].as_str().unwrap().starts_with(&format!("too old resource version: {start} (")));
+    // And an exact LIST there is 410 Expired as well.
+    let (code, st) = s.get(&format!("{CM}?resourceVersion={start}&resourceVersionMatch=Exact")).await;
+    assert_eq!((code, st["reason"].as_str()), (410, Some("Expired")));
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_removes_its_contents_then_itself() {
+    let (_etcd, s) = setup().await;
+    s.namespace("keep").await;
+    for i in 0..5 {
+        assert_eq!(s.post(CM, &configmap(&format!("c{i}"), json!({}))).await.0, 201);
+    }
+    assert_eq!(s.post("/api/v1/namespaces/keep/configmaps", &configmap("stay", json!({}))).await.0, 201);
+    let (code, ns) = s.delete("/api/v1/namespaces/demo", None).await;
+    assert_eq!((code, ns["status"]["phase"].as_str()), (200, Some("Terminating")));
+    // Creating in a terminating namespace is forbidden.
+    let (code, st) = s.post(CM, &configmap("late", json!({}))).await;
+    assert!(code == 403 || code == 404, "{st}");
+    wait_for(T, || async { s.get("/api/v1/namespaces/demo").await.0 == 404 }).await;
+    let (_, left) = s.get(CM).await;
+    assert_eq!(left["items"], json!([]));
+    assert_eq!(s.get("/api/v1/namespaces/keep/configmaps/stay").await.0, 200);
+}
+
+#[tokio::test]
+async fn two_shards_on_halves_serve_disjoint_sets_whose_union_is_everything() {
+    let etcd = Etcd::start().await;
+    let halves = HashRange::split_even(2);
+    let a = TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![halves[0]]).unwrap())).await;
+    let b = TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![halves[1]]).unwrap())).await;
+    let owner = |ns: &str, name: &str, res: &str| if halves[0].contains(ObjectKey::new("", res, ns, name).hash()) { &a } else { &b };
+    owner("", "demo", "namespaces").namespace("demo").await;
+    let mut names = Vec::new();
+    for i in 0..40 {
+        let name = format!("obj-{i}");
+        let (own, other) = if std::ptr::eq(owner("demo", &name, "configmaps"), &a) { (&a, &b) } else { (&b, &a) };
+        // The non-owner refuses with 421 NotOwned; the owner accepts.
+        let (code, st) = other.post(CM, &configmap(&name, json!({}))).await;
+        assert_eq!((code, st["reason"].as_str()), (421, Some("NotOwned")), "{st}");
+        assert_eq!(own.post(CM, &configmap(&name, json!({}))).await.0, 201);
+        assert_eq!(other.get(&format!("{CM}/{name}")).await.0, 421);
+        names.push(name);
+    }
+    let (_, la) = a.get(CM).await;
+    let (_, lb) = b.get(CM).await;
+    let mut union: Vec<String> = la["items"].as_array().unwrap().iter().chain(lb["items"].as_array().unwrap()).map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect();
+    let (na, nb) = (la["items"].as_array().unwrap().len(), lb["items"].as_array().unwrap().len());
+    assert!(na > 0 && nb > 0, "both halves hold objects ({na}, {nb})");
+    union.sort();
+    let before = union.len();
+    union.dedup();
+    assert_eq!(before, union.len(), "no object on both shards");
+    names.sort();
+    assert_eq!(union, names);
+}

@@ -1,0 +1,224 @@
+//! Test harness: a real etcd process per test (free loopback port, data on tmpfs) and shards
+//! served in-process on free ports. Everything is torn down on drop.
+
+#![allow(dead_code)]
+
+use serde_json::Value;
+use shardplane_keyspace::RangeSet;
+use shardplane_shard::{serve, ShardConfig};
+use shardplane_watchcache::CacheConfig;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// A running etcd.
+pub struct Etcd {
+    child: Child,
+    dir: PathBuf,
+    pub endpoint: String,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn etcd_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("SHARDPLANE_ETCD") {
+        return p.into();
+    }
+    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools/etcd/usr/bin/etcd");
+    if local.exists() {
+        return local;
+    }
+    panic!("etcd 3.5 not found: run deploy/local/install-deps.sh (or set SHARDPLANE_ETCD)");
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it answers.
+    pub async fn start() -> Self {
+        let base = if PathBuf::from("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let dir = base.join(format!("shardplane-etcd-{}", uuid::Uuid::new_v4()));
+        let (client, peer) = (free_port(), free_port());
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let child = Command::new(etcd_binary())
+            .args(["--data-dir", dir.to_str().unwrap(), "--name", "test"])
+            .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}"), "--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-cluster", &format!("test=http://127.0.0.1:{peer}")])
+            .args(["--log-level", "error", "--experimental-watch-progress-notify-interval", "5s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn etcd");
+        let etcd = Self { child, dir, endpoint };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(s) = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await {
+                if s.current_revision().await.is_ok() {
+                    return etcd;
+                }
+            }
+            assert!(Instant::now() < deadline, "etcd did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A shard served in-process.
+pub struct TestShard {
+    pub url: String,
+    pub addr: SocketAddr,
+    shutdown: CancellationToken,
+}
+
+impl Drop for TestShard {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// Shard settings used by tests: fast bookmarks and namespace sweeps.
+pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
+    ShardConfig {
+        id: "test".into(),
+        etcd_endpoints: vec![etcd.endpoint.clone()],
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ranges,
+        cache: CacheConfig::default(),
+        compaction_interval: None,
+        bookmark_interval: Duration::from_millis(500),
+        namespace_sweep: Duration::from_millis(200),
+    }
+}
+
+impl TestShard {
+    /// Starts a shard with `config` and waits until /readyz says its caches synced.
+    pub async fn start(config: ShardConfig) -> Self {
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            serve(config, token, move |a| {
+                let _ = tx.send(a);
+            })
+            .await
+            .expect("shard serves");
+        });
+        let addr = rx.await.expect("shard bound");
+        let s = Self { url: format!("http://{addr}"), addr, shutdown };
+        wait_for(Duration::from_secs(20), || async { client().get(format!("{}/readyz", s.url)).send().await.is_ok_and(|r| r.status() == 200) }).await;
+        s
+    }
+
+    /// GET returning (status, JSON body).
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = client().get(format!("{}{path}", self.url)).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// A request with a JSON body and content type.
+    pub async fn send(&self, method: &str, path: &str, content_type: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let r = client()
+            .request(method.parse().unwrap(), format!("{}{path}", self.url))
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// POST of a JSON object.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.send("POST", path, "application/json", serde_json::to_vec(body).unwrap()).await
+    }
+
+    /// PUT of a JSON object.
+    pub async fn put(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.send("PUT", path, "application/json", serde_json::to_vec(body).unwrap()).await
+    }
+
+    /// DELETE with an optional DeleteOptions body.
+    pub async fn delete(&self, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.send("DELETE", path, "application/json", body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default()).await
+    }
+
+    /// Creates a namespace.
+    pub async fn namespace(&self, name: &str) {
+        let (code, body) = self.post("/api/v1/namespaces", &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})).await;
+        assert_eq!(code, 201, "{body}");
+    }
+
+    /// Opens a watch and returns a line reader.
+    pub async fn watch(&self, path: &str) -> WatchReader {
+        let r = client().get(format!("{}{path}", self.url)).send().await.unwrap();
+        assert_eq!(r.status(), 200, "watch {path}");
+        WatchReader { resp: r, buf: Vec::new() }
+    }
+}
+
+/// Reads newline-delimited watch events.
+pub struct WatchReader {
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl WatchReader {
+    /// The next event, or None when the stream ends or `within` passes.
+    pub async fn next(&mut self, within: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                return Some(serde_json::from_slice(&line).expect("watch line is JSON"));
+            }
+            match tokio::time::timeout_at(deadline, self.resp.chunk()).await {
+                Ok(Ok(Some(c))) => self.buf.extend_from_slice(&c),
+                _ => return None,
+            }
+        }
+    }
+
+    /// The next non-BOOKMARK event.
+    pub async fn next_change(&mut self, within: Duration) -> Option<Value> {
+        loop {
+            let e = self.next(within).await?;
+            if e["type"] != "BOOKMARK" {
+                return Some(e);
+            }
+        }
+    }
+}
+
+/// A plain HTTP client (no proxies, no TLS).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().build().unwrap()
+}
+
+/// Polls `cond` until it holds, failing the test after `deadline`.
+pub async fn wait_for<F, Fut>(deadline: Duration, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let end = Instant::now() + deadline;
+    while !cond().await {
+        assert!(Instant::now() < end, "condition not met within {deadline:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A ConfigMap body.
+pub fn configmap(name: &str, labels: Value) -> Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": name}})
+}
