@@ -109,7 +109,7 @@ impl ApiError {
 
     /// 406 NotAcceptable.
     pub fn not_acceptable(accept: &str) -> Self {
-        Self::new(406, "NotAcceptable", format!("only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf (requested {accept:?})"))
+        Self::new(406, "NotAcceptable", format!("only the following media types are accepted: application/json (requested {accept:?})"))
     }
 
     /// 409 AlreadyExists.
@@ -154,7 +154,7 @@ impl ApiError {
 
     /// 415 UnsupportedMediaType.
     pub fn unsupported_media_type(content_type: &str) -> Self {
-        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf (got {content_type:?})"))
+        Self::new(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json (got {content_type:?})"))
     }
 
     /// 422 Invalid with field causes.

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The project's test command (README, .ci/run): installs what the tests need, then runs every
+# test. Integration tests start their own etcd 3.5 (from .tools/etcd) on free loopback ports with
+# data on /dev/shm; nothing else needs to be running.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+PY_CLIENT=0 bash deploy/local/install-deps.sh
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --no-fail-fast
+else
+  cargo test --workspace --no-fail-fast
+fi
