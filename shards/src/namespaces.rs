@@ -11,6 +11,7 @@ use shardplane_keyspace::{etcd_layout, HashRange};
 use shardplane_watchcache::Filter;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument;
 
 /// Runs until shutdown, checking every `period`.
 pub async fn run(shard: Arc<Shard>, period: Duration) {
@@ -36,11 +37,16 @@ async fn sweep(shard: &Shard) -> Result<(), String> {
             continue;
         }
         let name = ns.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
-        tracing::info_span!("namespace_cleanup", namespace = %name).in_scope(|| tracing::debug!("cleaning"));
-        delete_own_objects(shard, &name).await;
-        if shard.owned_key(&ns_info, "", &name).is_ok() && namespace_empty(shard, &name).await? {
-            finalize(shard, &ns_info, &name, kv.mod_revision).await;
+        let span = tracing::info_span!("namespace_cleanup", namespace = %name, shard = %shard.id);
+        async {
+            delete_own_objects(shard, &name).await;
+            if shard.owned_key(&ns_info, "", &name).is_ok() && namespace_empty(shard, &name).await? {
+                finalize(shard, &ns_info, &name, kv.mod_revision).await;
+            }
+            Ok::<(), String>(())
         }
+        .instrument(span)
+        .await?;
     }
     Ok(())
 }

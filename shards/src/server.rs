@@ -38,8 +38,7 @@ pub struct ShardConfig {
 /// Calls `on_listen` with the bound address (port 0 picks a free one).
 pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let storage = Storage::connect(&config.etcd_endpoints).await.map_err(std::io::Error::other)?;
-    let mut shard = Shard::start(config.id.clone(), storage.clone(), config.ranges.clone(), config.cache.clone(), shutdown.clone());
-    Arc::get_mut(&mut shard).expect("fresh shard").bookmark_interval = config.bookmark_interval;
+    let shard = Shard::start(config.id.clone(), storage.clone(), config.ranges.clone(), config.cache.clone(), config.bookmark_interval, shutdown.clone());
     if let Some(interval) = config.compaction_interval {
         let token = shutdown.clone();
         tokio::spawn(async move {

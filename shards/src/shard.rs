@@ -35,7 +35,7 @@ pub struct Shard {
 impl Shard {
     /// Builds the shard and starts one reflector per resource. The caches load in the background;
     /// [`Shard::ready`] says when all have.
-    pub fn start(id: String, storage: Storage, ranges: RangeSet, cache: CacheConfig, shutdown: CancellationToken) -> Arc<Self> {
+    pub fn start(id: String, storage: Storage, ranges: RangeSet, cache: CacheConfig, bookmark_interval: Duration, shutdown: CancellationToken) -> Arc<Self> {
         let resources: Vec<Arc<ResourceInfo>> = builtin_resources().into_iter().map(Arc::new).collect();
         let mut served = HashMap::new();
         for info in &resources {
@@ -54,7 +54,7 @@ impl Shard {
             served,
             shutdown,
             metrics: crate::metrics::Metrics::new(),
-            bookmark_interval: Duration::from_secs(60),
+            bookmark_interval,
         })
     }
 

@@ -69,31 +69,31 @@ async fn observe(api: Api<ConfigMap>, config: watcher::Config, n: usize) -> Vec<
     got
 }
 
-#[tokio::test]
-async fn watcher_list_then_watch_sees_every_write_in_order() {
+/// etcd, a full-range shard with namespace `kw`, and a kube-rs ConfigMap API on it.
+async fn setup() -> (Etcd, TestShard, Api<ConfigMap>) {
     let etcd = Etcd::start().await;
     let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
     s.namespace("kw").await;
-    let api: Api<ConfigMap> = Api::namespaced(kube_client(&s.url), "kw");
+    let api = Api::namespaced(kube_client(&s.url), "kw");
+    (etcd, s, api)
+}
+
+#[tokio::test]
+async fn watcher_list_then_watch_sees_every_write_in_order() {
+    let (_etcd, _shard, api) = setup().await;
     observe(api, watcher::Config::default(), 12).await;
 }
 
 #[tokio::test]
 async fn watcher_streaming_list_sees_every_write_in_order() {
-    let etcd = Etcd::start().await;
-    let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
-    s.namespace("kw").await;
-    let api: Api<ConfigMap> = Api::namespaced(kube_client(&s.url), "kw");
+    let (_etcd, _shard, api) = setup().await;
     api.create(&PostParams::default(), &cm("pre")).await.unwrap();
     observe(api, watcher::Config::default().streaming_lists(), 12).await;
 }
 
 #[tokio::test]
 async fn reflector_store_converges_to_the_server_state() {
-    let etcd = Etcd::start().await;
-    let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
-    s.namespace("kw").await;
-    let api: Api<ConfigMap> = Api::namespaced(kube_client(&s.url), "kw");
+    let (_etcd, _shard, api) = setup().await;
     api.create(&PostParams::default(), &cm("before")).await.unwrap();
     let (reader, writer) = reflector::store();
     let task = tokio::spawn(reflector::reflector(writer, watcher::watcher(api.clone(), watcher::Config::default())).applied_objects().for_each(|_| async {}));
