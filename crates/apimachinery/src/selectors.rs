@@ -39,11 +39,12 @@ pub struct Requirement {
 }
 
 impl Requirement {
-    fn matches(&self, get: &dyn Fn(&str) -> Option<String>) -> bool {
+    fn matches<S: AsRef<str>>(&self, get: &impl Fn(&str) -> Option<S>) -> bool {
         let v = get(&self.key);
+        let v = v.as_ref().map(AsRef::as_ref);
         match self.op {
-            Op::Equals | Op::In => v.is_some_and(|v| self.values.contains(&v)),
-            Op::NotEquals | Op::NotIn => v.is_none_or(|v| !self.values.contains(&v)),
+            Op::Equals | Op::In => v.is_some_and(|v| self.values.iter().any(|x| x == v)),
+            Op::NotEquals | Op::NotIn => v.is_none_or(|v| !self.values.iter().any(|x| x == v)),
             Op::Exists => v.is_some(),
             Op::DoesNotExist => v.is_none(),
             Op::GreaterThan | Op::LessThan => {
@@ -246,15 +247,15 @@ impl LabelSelector {
         Ok(Self { requirements: reqs })
     }
 
-    /// Whether labels (looked up by `get`) satisfy every requirement.
-    pub fn matches(&self, get: &dyn Fn(&str) -> Option<String>) -> bool {
-        self.requirements.iter().all(|r| r.matches(get))
+    /// Whether labels (looked up by `get`, borrowed or owned) satisfy every requirement.
+    pub fn matches<S: AsRef<str>>(&self, get: impl Fn(&str) -> Option<S>) -> bool {
+        self.requirements.iter().all(|r| r.matches(&get))
     }
 
     /// Matches against a `metadata.labels` JSON object (absent or null means no labels).
     pub fn matches_json(&self, labels: Option<&Value>) -> bool {
         let map = labels.and_then(Value::as_object);
-        self.matches(&|k| map.and_then(|m| m.get(k)).and_then(Value::as_str).map(str::to_owned))
+        self.matches(|k| map.and_then(|m| m.get(k)).and_then(Value::as_str))
     }
 }
 
@@ -318,8 +319,8 @@ impl FieldSelector {
     }
 
     /// Whether the object's selectable field values (looked up by `get`) satisfy every term.
-    pub fn matches(&self, get: &dyn Fn(&str) -> String) -> bool {
-        self.terms.iter().all(|t| (get(&t.field) == t.value) == t.equals)
+    pub fn matches<S: AsRef<str>>(&self, get: impl Fn(&str) -> S) -> bool {
+        self.terms.iter().all(|t| (get(&t.field).as_ref() == t.value) == t.equals)
     }
 
     /// The value a term requires for `metadata.name`, when the selector pins one name.
@@ -411,7 +412,7 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::BTreeMap;
 
-    fn labels(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    fn labels(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + Clone {
         let m: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         move |k| m.get(k).cloned()
     }
@@ -436,7 +437,7 @@ mod tests {
             ("example.com/key", false),
             ("", true),
         ] {
-            assert_eq!(LabelSelector::parse(sel).unwrap().matches(&l), want, "{sel}");
+            assert_eq!(LabelSelector::parse(sel).unwrap().matches(l.clone()), want, "{sel}");
         }
     }
 
@@ -458,7 +459,7 @@ mod tests {
         let obj = serde_json::json!({"metadata": {"name": "a,b", "namespace": "x"}, "spec": {"nodeName": "n1", "hostNetwork": true}, "status": {"phase": "Running"}});
         let get = |f: &str| field_value(&obj, f);
         let sel = FieldSelector::parse(r"metadata.name=a\,b,spec.nodeName!=n2,status.phase==Running,spec.hostNetwork=true", pods).unwrap();
-        assert!(sel.matches(&get));
+        assert!(sel.matches(get));
         assert_eq!(sel.required_name(), Some("a,b"));
         assert_eq!(FieldSelector::parse("spec.foo=x", pods).unwrap_err(), "field label not supported: spec.foo");
         assert!(FieldSelector::parse("nonsense", pods).is_err());

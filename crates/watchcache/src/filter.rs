@@ -27,7 +27,7 @@ impl Filter {
                 return false;
             }
         }
-        self.labels.matches(&|k| obj.label(k).map(str::to_owned)) && self.fields.matches(&|f| obj.field(f).to_owned())
+        self.labels.matches(|k| obj.label(k)) && self.fields.matches(|f| obj.field(f))
     }
 
     /// Whether nothing but the namespace narrows the selection.
