@@ -43,15 +43,19 @@ pub fn accepts_json(headers: &HeaderMap) -> Result<(), ApiError> {
     if ok { Ok(()) } else { Err(ApiError::not_acceptable(accept)) }
 }
 
-/// Decodes a request body as a JSON object, refusing other media types with 415.
+/// Decodes a request body (JSON, or Kubernetes protobuf as client-go sends it) into a JSON
+/// object, refusing other media types with 415.
 pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
-    if !matches!(media, "application/json" | "" | "*/*") {
-        return Err(ApiError::unsupported_media_type(ct));
-    }
     if body.len() > MAX_BODY {
         return Err(ApiError::too_large(MAX_BODY));
+    }
+    if media == shardplane_apimachinery::protobuf::CONTENT_TYPE {
+        return shardplane_apimachinery::protobuf::decode(body);
+    }
+    if !matches!(media, "application/json" | "" | "*/*") {
+        return Err(ApiError::unsupported_media_type(ct));
     }
     let v: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?;
     if !v.is_object() {

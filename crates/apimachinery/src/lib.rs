@@ -13,6 +13,7 @@ pub mod continue_token;
 pub mod list_options;
 pub mod meta;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod selectors;
 pub mod status;
