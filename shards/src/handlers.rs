@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
 use shardplane_apimachinery::meta::{self, Subresource};
+use shardplane_apimachinery::openapi::{drop_unknown_fields, FieldValidation};
 use shardplane_apimachinery::patch::{self, PatchType};
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::status::cause;
@@ -145,10 +146,29 @@ fn stored_bytes(obj: &Value) -> Vec<u8> {
 }
 
 fn respond(code: StatusCode, mut obj: Value, rv: Option<u64>) -> Reply {
+    respond_warning(code, &mut obj, rv, &[])
+}
+
+/// The object response, with a `Warning` header per unknown field dropped (fieldValidation=Warn).
+fn respond_warning(code: StatusCode, obj: &mut Value, rv: Option<u64>, unknown: &[String]) -> Reply {
     if let Some(rv) = rv {
-        meta::set_resource_version(&mut obj, rv);
+        meta::set_resource_version(obj, rv);
     }
-    Ok(body::json(code, serde_json::to_vec(&obj).expect("object serializes")))
+    let mut r = body::json(code, serde_json::to_vec(&obj).expect("object serializes"));
+    for field in unknown {
+        let text = format!("299 - \"unknown field \\\"{field}\\\"\"");
+        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+            r.headers_mut().append(axum::http::header::WARNING, v);
+        }
+    }
+    Ok(r)
+}
+
+/// Applies `fieldValidation` (default Warn): unknown fields are dropped, as decoding into the
+/// typed object drops them upstream; Strict refuses them. Returns the fields to warn about.
+fn validate_fields(info: &ResourceInfo, query: &str, obj: &mut Value) -> Result<Vec<String>, ApiError> {
+    let mode = FieldValidation::parse(form_value(query, "fieldValidation").as_deref())?;
+    drop_unknown_fields(info, obj, mode)
 }
 
 /// Namespace admission: the namespace must exist and not be terminating (read from etcd, since
@@ -170,6 +190,7 @@ pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str,
     let mut obj = body::decode_object(headers, raw)?;
     body::check_type(info, &obj)?;
     let dry = dry_run(query)?;
+    let unknown = validate_fields(info, query, &mut obj)?;
     let path_ns = t.namespace.clone().unwrap_or_default();
     if info.namespaced {
         let body_ns = meta::meta_str(&obj, "namespace").to_owned();
@@ -200,10 +221,10 @@ pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str,
     }
     meta::prepare_for_create(info, &mut obj);
     if dry {
-        return respond(StatusCode::CREATED, obj, None);
+        return respond_warning(StatusCode::CREATED, &mut obj, None, &unknown);
     }
     match shard.storage.create(&key, stored_bytes(&obj)).await {
-        Ok(rev) => respond(StatusCode::CREATED, obj, Some(rev)),
+        Ok(rev) => respond_warning(StatusCode::CREATED, &mut obj, Some(rev), &unknown),
         Err(StorageError::AlreadyExists) => Err(ApiError::already_exists(info.group, info.plural, &name)),
         Err(e) => Err(storage_err(e)),
     }
@@ -220,19 +241,19 @@ fn subresource(t: &Target) -> Result<Subresource, ApiError> {
 
 /// Writes `new` over the stored `kv` (CAS), deleting instead when a finalized object lost its
 /// last finalizer. Returns the response or `None` when the CAS lost and the caller may retry.
-async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, new: Value, dry: bool) -> Result<Option<Response<Body>>, ApiError> {
+async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, mut new: Value, dry: bool, unknown: &[String]) -> Result<Option<Response<Body>>, ApiError> {
     let name = meta::meta_str(&new, "name").to_owned();
     let causes = meta::validate_object(info, &new);
     if !causes.is_empty() {
         return Err(ApiError::invalid(info.group, info.kind, &name, causes));
     }
     if dry {
-        return respond(StatusCode::OK, new, Some(kv.mod_revision)).map(Some);
+        return respond_warning(StatusCode::OK, &mut new, Some(kv.mod_revision), unknown).map(Some);
     }
     let finished = new.pointer("/metadata/deletionTimestamp").is_some() && !meta::has_finalizers(&new) && !(info.plural == "namespaces" && new.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
     let result = if finished { shard.storage.delete(key, kv.mod_revision).await } else { shard.storage.update(key, stored_bytes(&new), kv.mod_revision).await };
     match result {
-        Ok(rev) => respond(StatusCode::OK, new, Some(rev)).map(Some),
+        Ok(rev) => respond_warning(StatusCode::OK, &mut new, Some(rev), unknown).map(Some),
         Err(StorageError::Conflict { .. }) => Ok(None),
         Err(e) => Err(storage_err(e)),
     }
@@ -245,6 +266,7 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
     let dry = dry_run(query)?;
     let mut obj = body::decode_object(headers, raw)?;
     body::check_type(info, &obj)?;
+    let unknown = validate_fields(info, query, &mut obj)?;
     let body_name = meta::meta_str(&obj, "name").to_owned();
     if body_name != name {
         return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
@@ -278,7 +300,7 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
             new["spec"]["finalizers"] = fin.unwrap_or(json!([]));
         }
         meta::prepare_for_update(info, &old, &mut new, sub);
-        if let Some(r) = write_over(shard, info, &key, &kv, new, dry).await? {
+        if let Some(r) = write_over(shard, info, &key, &kv, new, dry, &unknown).await? {
             return Ok(r);
         }
         if !precondition.is_empty() {
@@ -319,8 +341,9 @@ pub async fn patch(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, q
             return Err(ApiError::invalid(info.group, info.kind, name, vec![cause("FieldValueInvalid", "metadata.name", "Invalid value: the name and namespace of an object cannot be changed by a patch")]));
         }
         body::check_type(info, &new)?;
+        let unknown = validate_fields(info, query, &mut new)?;
         meta::prepare_for_update(info, &old, &mut new, sub);
-        if let Some(r) = write_over(shard, info, &key, &kv, new, dry).await? {
+        if let Some(r) = write_over(shard, info, &key, &kv, new, dry, &unknown).await? {
             return Ok(r);
         }
     }

@@ -157,7 +157,11 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     if get {
+        use shardplane_apimachinery::openapi;
         match segs.as_slice() {
+            ["openapi", "v3"] => return json_ok(openapi::index(&shard.resources)),
+            ["openapi", "v3", "api", v] => return openapi::group_version_document(&shard.resources, "", v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
+            ["openapi", "v3", "apis", g, v] => return openapi::group_version_document(&shard.resources, g, v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
             ["apis", g] => return discovery::api_group(&shard.resources, g).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
             ["apis", g, v] => return discovery::resource_list(&shard.resources, g, v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
             _ => {}

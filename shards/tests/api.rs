@@ -375,3 +375,45 @@ async fn two_shards_on_halves_serve_disjoint_sets_whose_union_is_everything() {
     names.sort();
     assert_eq!(union, names);
 }
+
+#[tokio::test]
+async fn field_validation_drops_warns_or_refuses_unknown_fields() {
+    let (_etcd, s) = setup().await;
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "fv", "bogus": 1}, "data": {"k": "v"}, "extra": {"x": 1}});
+    // Strict: 400 naming every unknown field; nothing written.
+    let (code, st) = s.post(&format!("{CM}?fieldValidation=Strict"), &body).await;
+    assert_eq!((code, st["reason"].as_str()), (400, Some("BadRequest")));
+    assert_eq!(st["message"], "strict decoding error: unknown field \"extra\", unknown field \"metadata.bogus\"");
+    assert_eq!(s.get(&format!("{CM}/fv")).await.0, 404);
+    // Warn (the default): stored without the unknown fields, one Warning header each.
+    let r = client().post(format!("{}{CM}", s.url)).header("content-type", "application/json").body(serde_json::to_vec(&body).unwrap()).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    let warnings: Vec<String> = r.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_owned()).collect();
+    assert_eq!(warnings, [r#"299 - "unknown field \"extra\"""#, r#"299 - "unknown field \"metadata.bogus\"""#]);
+    let (_, stored) = s.get(&format!("{CM}/fv")).await;
+    assert!(stored.get("extra").is_none() && stored["metadata"].get("bogus").is_none());
+    assert_eq!(stored["data"]["k"], "v");
+    // Ignore: dropped silently; a patch that adds an unknown field is dropped the same way.
+    let r = client()
+        .patch(format!("{}{CM}/fv?fieldValidation=Ignore", s.url))
+        .header("content-type", "application/merge-patch+json")
+        .body(r#"{"extra":1,"data":{"k":"w"}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers().get("warning").is_none());
+    let patched: Value = r.json().await.unwrap();
+    assert!(patched.get("extra").is_none());
+    assert_eq!(patched["data"]["k"], "w");
+    let (code, _) = s.post(&format!("{CM}?fieldValidation=Loose"), &configmap("x", json!({}))).await;
+    assert_eq!(code, 400);
+    // The OpenAPI documents kubectl reads.
+    let (code, index) = s.get("/openapi/v3").await;
+    assert_eq!(code, 200);
+    let url = index["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap().to_owned();
+    let (code, doc) = s.get(&url).await;
+    assert_eq!(code, 200);
+    assert_eq!(doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"]["x-kubernetes-group-version-kind"][0]["kind"], "Deployment");
+    assert_eq!(s.get("/openapi/v3/apis/nope/v1").await.0, 404);
+}

@@ -12,6 +12,7 @@
 pub mod continue_token;
 pub mod list_options;
 pub mod meta;
+pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod resources;

@@ -1,0 +1,245 @@
+//! OpenAPI v3 for the served kinds, and the unknown-field rules that follow from the schemas.
+//!
+//! Schemas are Kubernetes v1.33's (`openapi/schemas-v1.33.json`, made by
+//! `deploy/local/gen-openapi.sh`). The documents give kubectl what it checks: a PATCH operation per
+//! kind carrying `x-kubernetes-group-version-kind` and a `fieldValidation` parameter (so it
+//! validates on the server, with `fieldValidation=Strict`), the schemas with their
+//! `x-kubernetes-patch-merge-key`s (client-side apply) and descriptions (`kubectl explain`).
+
+use crate::resources::ResourceInfo;
+use crate::status::ApiError;
+use serde_json::{json, Map, Value};
+use std::sync::{Arc, LazyLock};
+
+static SCHEMAS: LazyLock<Map<String, Value>> = LazyLock::new(|| {
+    let doc: Value = serde_json::from_str(include_str!("../openapi/schemas-v1.33.json")).expect("bundled schemas parse");
+    doc["schemas"].as_object().expect("schemas object").clone()
+});
+
+/// The schema name of a kind (`io.k8s.api.apps.v1.Deployment`).
+pub fn schema_name(group: &str, version: &str, kind: &str) -> Option<&'static str> {
+    SCHEMAS.iter().find_map(|(name, s)| {
+        let gvks = s.get("x-kubernetes-group-version-kind")?.as_array()?;
+        gvks.iter().any(|g| g["group"] == group && g["version"] == version && g["kind"] == kind).then_some(name.as_str())
+    })
+}
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
+}
+
+/// `GET /openapi/v3`: one entry per served group-version.
+pub fn index(resources: &[Arc<ResourceInfo>]) -> Value {
+    let mut paths = Map::new();
+    for r in resources {
+        let p = gv_path(r.group, r.version);
+        if !paths.contains_key(&p) {
+            let hash = format!("{:016X}", xxhash_rust::xxh3::xxh3_64(format!("{p}/{}", env!("CARGO_PKG_VERSION")).as_bytes()));
+            paths.insert(p.clone(), json!({ "serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}") }));
+        }
+    }
+    json!({ "paths": paths })
+}
+
+fn param(name: &str, location: &str, description: &str) -> Value {
+    json!({"name": name, "in": location, "description": description, "schema": {"type": "string", "uniqueItems": true}})
+}
+
+fn write_params() -> Vec<Value> {
+    vec![
+        param("dryRun", "query", "When present, indicates that modifications should not be persisted. Valid values are: - All: all dry run stages will be processed"),
+        param("fieldManager", "query", "fieldManager is a name associated with the actor or entity that is making these changes."),
+        param(
+            "fieldValidation",
+            "query",
+            "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields. Valid values are: - Ignore - Warn (the default) - Strict",
+        ),
+    ]
+}
+
+/// `GET /openapi/v3/api/v1` or `/openapi/v3/apis/{group}/{version}`.
+pub fn group_version_document(resources: &[Arc<ResourceInfo>], group: &str, version: &str) -> Option<Value> {
+    let served: Vec<&Arc<ResourceInfo>> = resources.iter().filter(|r| r.group == group && r.version == version).collect();
+    if served.is_empty() {
+        return None;
+    }
+    let mut paths = Map::new();
+    for r in served {
+        let Some(schema) = schema_name(r.group, r.version, r.kind) else { continue };
+        let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
+        let obj_ref = json!({"$ref": format!("#/components/schemas/{schema}")});
+        let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": obj_ref}}}});
+        let base = format!("/{}", gv_path(r.group, r.version));
+        let coll = if r.namespaced { format!("{base}/namespaces/{{namespace}}/{}", r.plural) } else { format!("{base}/{}", r.plural) };
+        let scope_params: Vec<Value> = if r.namespaced {
+            vec![json!({"name": "namespace", "in": "path", "required": true, "description": "object name and auth scope, such as for teams and projects", "schema": {"type": "string", "uniqueItems": true}})]
+        } else {
+            vec![]
+        };
+        let mut item_params = scope_params.clone();
+        item_params.push(json!({"name": "name", "in": "path", "required": true, "description": format!("name of the {}", r.kind), "schema": {"type": "string", "uniqueItems": true}}));
+        let op = |action: &str, verb: &str, body: Option<Value>, params: Vec<Value>| {
+            let mut o = json!({
+                "operationId": format!("{verb}{}", r.kind),
+                "x-kubernetes-action": action,
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": params,
+                "responses": ok,
+            });
+            if let Some(b) = body {
+                o["requestBody"] = b;
+            }
+            o
+        };
+        let json_body = json!({"content": {"*/*": {"schema": obj_ref}}, "required": true});
+        let patch_body = json!({"content": {
+            "application/json-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
+            "application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
+            "application/strategic-merge-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}}
+        }, "required": true});
+        paths.insert(coll.clone(), json!({
+            "get": op("list", "list", None, vec![]),
+            "post": op("post", "create", Some(json_body.clone()), write_params()),
+            "parameters": scope_params,
+        }));
+        paths.insert(format!("{coll}/{{name}}"), json!({
+            "get": op("get", "read", None, vec![]),
+            "put": op("put", "replace", Some(json_body.clone()), write_params()),
+            "patch": op("patch", "patch", Some(patch_body.clone()), write_params()),
+            "delete": op("delete", "delete", None, vec![param("dryRun", "query", "When present, indicates that modifications should not be persisted.")]),
+            "parameters": item_params.clone(),
+        }));
+        if r.has_status {
+            paths.insert(format!("{coll}/{{name}}/status"), json!({
+                "get": op("get", "read", None, vec![]),
+                "put": op("put", "replace", Some(json_body), write_params()),
+                "patch": op("patch", "patch", Some(patch_body), write_params()),
+                "parameters": item_params,
+            }));
+        }
+    }
+    let mut schemas = SCHEMAS.clone();
+    schemas.insert("io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(), json!({"description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.", "type": "object"}));
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }))
+}
+
+/// `fieldValidation`: what to do with fields the schema does not know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// Drop them silently.
+    Ignore,
+    /// Drop them and warn (the default).
+    Warn,
+    /// Refuse the request.
+    Strict,
+}
+
+impl FieldValidation {
+    /// Parses the query parameter (absent: Warn).
+    pub fn parse(v: Option<&str>) -> Result<Self, ApiError> {
+        match v.unwrap_or("") {
+            "" | "Warn" => Ok(Self::Warn),
+            "Ignore" => Ok(Self::Ignore),
+            "Strict" => Ok(Self::Strict),
+            other => Err(ApiError::bad_request(format!("fieldValidation parameter unsupported: {other:?}; supported values are Ignore, Warn and Strict"))),
+        }
+    }
+}
+
+fn resolve(s: &Value) -> &Value {
+    let target = s.get("$ref").or_else(|| s.get("allOf").and_then(|a| a.get(0)).and_then(|x| x.get("$ref")));
+    match target.and_then(Value::as_str).and_then(|r| r.strip_prefix("#/components/schemas/")).and_then(|n| SCHEMAS.get(n)) {
+        Some(t) => t,
+        None => s,
+    }
+}
+
+fn walk(schema: &Value, v: &mut Value, path: &str, unknown: &mut Vec<String>) {
+    let schema = resolve(schema);
+    match v {
+        Value::Object(map) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                let keys: Vec<String> = map.keys().cloned().collect();
+                for k in keys {
+                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                    match props.get(&k) {
+                        Some(ps) => walk(ps, map.get_mut(&k).expect("key"), &p, unknown),
+                        None => {
+                            unknown.push(p);
+                            map.remove(&k);
+                        }
+                    }
+                }
+            } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for (k, item) in map.iter_mut() {
+                    walk(ap, item, &format!("{path}.{k}"), unknown);
+                }
+            }
+            // No properties and no additionalProperties: opaque (RawExtension, FieldsV1).
+        }
+        Value::Array(items) => {
+            if let Some(is) = schema.get("items") {
+                for (i, item) in items.iter_mut().enumerate() {
+                    walk(is, item, &format!("{path}[{i}]"), unknown);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Removes the fields of `obj` that the kind's schema does not know (as decoding into the typed
+/// object does upstream) and returns their paths; with `Strict`, refuses instead.
+pub fn drop_unknown_fields(info: &ResourceInfo, obj: &mut Value, mode: FieldValidation) -> Result<Vec<String>, ApiError> {
+    let Some(name) = schema_name(info.group, info.version, info.kind) else { return Ok(vec![]) };
+    let mut unknown = Vec::new();
+    walk(&SCHEMAS[name], obj, "", &mut unknown);
+    if mode == FieldValidation::Strict && !unknown.is_empty() {
+        let list: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
+        return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
+    }
+    Ok(if mode == FieldValidation::Warn { unknown } else { vec![] })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::{builtin_resources, find};
+
+    #[test]
+    fn every_served_kind_has_a_schema_and_a_patch_operation() {
+        let all: Vec<Arc<ResourceInfo>> = builtin_resources().into_iter().map(Arc::new).collect();
+        for r in &all {
+            let name = schema_name(r.group, r.version, r.kind).unwrap_or_else(|| panic!("{} has no schema", r.kind));
+            let doc = group_version_document(&all, r.group, r.version).unwrap();
+            let has_patch = doc["paths"].as_object().unwrap().values().any(|p| {
+                p["patch"]["x-kubernetes-group-version-kind"]["kind"] == r.kind && p["patch"]["parameters"].as_array().unwrap().iter().any(|x| x["name"] == "fieldValidation")
+            });
+            assert!(has_patch, "{name}");
+        }
+        let index = index(&all);
+        let gvs: Vec<&String> = index["paths"].as_object().unwrap().keys().collect();
+        assert_eq!(gvs, ["api/v1", "apis/apps/v1", "apis/batch/v1", "apis/coordination.k8s.io/v1"]);
+    }
+
+    #[test]
+    fn unknown_fields_are_found_at_every_depth() {
+        let all = builtin_resources();
+        let deploy = find(&all, "apps", "v1", "deployments").unwrap();
+        let mut obj = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "labels": {"a": "b"}, "bogus": 1},
+            "spec": {"unknownField": 1, "template": {"spec": {"containers": [{"name": "c", "image": "i", "wat": true, "resources": {"limits": {"cpu": "1"}}}]}}},
+            "status": {"conditions": [{"type": "Available", "nope": 1}]}});
+        let e = drop_unknown_fields(deploy, &mut obj.clone(), FieldValidation::Strict).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert!(e.message.starts_with("strict decoding error: unknown field \"metadata.bogus\""), "{}", e.message);
+        let warned = drop_unknown_fields(deploy, &mut obj, FieldValidation::Warn).unwrap();
+        assert_eq!(warned, ["metadata.bogus", "spec.template.spec.containers[0].wat", "spec.unknownField", "status.conditions[0].nope"]);
+        assert_eq!(obj["spec"], json!({"template": {"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}}]}}}));
+        assert_eq!(obj["metadata"]["labels"], json!({"a": "b"}));
+    }
+}
