@@ -3,6 +3,8 @@
 #   - protobuf-compiler (etcd-client's build script runs protoc)
 #   - etcd 3.5 from Debian trixie, extracted into .tools/etcd (bookworm's 3.4.23 answers
 #     on-demand progress requests too early: etcd#15220; see RFCS/0001)
+#   - Go 1.24 and client-go 0.32 from Debian trixie, to build the client-go test client
+#     (shards/tests/clientgo), which sends protobuf bodies as every Go controller does
 #   - python3 + the PyPI `kubernetes` client for the client tests (optional: PY_CLIENT=0 skips)
 # Idempotent: a second run does nothing that is already done.
 set -euo pipefail
@@ -47,6 +49,11 @@ PIN
   rm -rf "$tmp"
 fi
 "$etcd_bin" --version | head -1
+
+if [ ! -x /usr/lib/go-1.24/bin/go ] || [ ! -d /usr/share/gocode/src/k8s.io/client-go ]; then
+  apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t trixie golang-1.24-go golang-k8s-client-go-dev >/dev/null
+fi
 
 if [ "${PY_CLIENT:-1}" = 1 ]; then
   if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
