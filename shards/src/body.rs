@@ -30,19 +30,6 @@ pub fn error(e: &ApiError) -> Response<Body> {
     r
 }
 
-/// Whether the client accepts JSON (kubectl asks for Table first and falls back to JSON).
-pub fn accepts_json(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(accept) = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) else { return Ok(()) };
-    let ok = accept.split(',').any(|range| {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("");
-        let params: Vec<&str> = parts.collect();
-        let plain = !params.iter().any(|p| p.starts_with("as="));
-        matches!(media, "" | "*/*" | "application/*") || (plain && matches!(media, "application/json" | "application/yaml" | "application/json;stream=watch"))
-    });
-    if ok { Ok(()) } else { Err(ApiError::not_acceptable(accept)) }
-}
-
 /// Decodes a request body (JSON, or Kubernetes protobuf as client-go sends it) into a JSON
 /// object, refusing other media types with 415.
 pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {

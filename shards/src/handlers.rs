@@ -4,6 +4,7 @@
 
 use crate::body;
 use crate::path::Target;
+use crate::table::{self, IncludeObject, Representation};
 use crate::shard::Shard;
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
@@ -24,6 +25,39 @@ use std::time::Duration;
 pub const WAIT: Duration = Duration::from_secs(3);
 
 type Reply = Result<Response<Body>, ApiError>;
+
+/// How a read is rendered: plain JSON or a Table, and what Table rows carry.
+#[derive(Clone, Copy, Debug)]
+pub struct View {
+    pub repr: Representation,
+    pub include: IncludeObject,
+}
+
+impl View {
+    /// Renders objects (JSON bytes) as a list, or as a Table; `single` renders one object as itself.
+    pub fn render(&self, info: &ResourceInfo, items: &[std::sync::Arc<shardplane_watchcache::CachedObject>], meta: Value, single: bool) -> Response<Body> {
+        match self.repr {
+            Representation::Json if single => body::json(StatusCode::OK, items[0].bytes.clone()),
+            Representation::Json => {
+                let rv = meta["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
+                body::json(StatusCode::OK, body::list(info, rv, meta["continue"].as_str(), meta["remainingItemCount"].as_u64(), meta["shardInfo"]["selector"].as_str(), items))
+            }
+            Representation::Metadata(v) if single => body::json(StatusCode::OK, serde_json::to_vec(&table::partial_metadata(v, &items[0].bytes)).expect("json")),
+            Representation::Metadata(v) => {
+                let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": format!("meta.k8s.io/{v}"), "metadata": meta, "items": items.iter().map(|o| table::partial_metadata(v, &o.bytes)).collect::<Vec<_>>()});
+                body::json(StatusCode::OK, serde_json::to_vec(&list).expect("json"))
+            }
+            Representation::Table(v) => {
+                let bytes: Vec<&[u8]> = items.iter().map(|o| o.bytes.as_ref()).collect();
+                let mut r = body::json(StatusCode::OK, table::table(info, v, &bytes, meta, self.include));
+                if let Ok(ct) = axum::http::HeaderValue::from_str(&table::content_type(v)) {
+                    r.headers_mut().insert(axum::http::header::CONTENT_TYPE, ct);
+                }
+                r
+            }
+        }
+    }
+}
 
 fn storage_err(e: StorageError) -> ApiError {
     match e {
@@ -64,7 +98,7 @@ pub fn filter(t: &Target, o: &ListOptions) -> Filter {
 }
 
 /// GET of one object, from the cache (RV unset: after a consistent read, as fresh as etcd).
-pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str) -> Reply {
+pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str, view: View) -> Reply {
     let ns = t.namespace.as_deref().unwrap_or("");
     shard.owned_key(&t.info, ns, name)?;
     let cache = &shard.served(&t.info).cache;
@@ -80,13 +114,13 @@ pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str) -> Reply {
         }
     }
     match cache.get(ns, name) {
-        Some(o) => Ok(body::json(StatusCode::OK, o.bytes.clone())),
+        Some(o) => Ok(view.render(&t.info, &[o.clone()], json!({"resourceVersion": o.rv.to_string()}), true)),
         None => Err(ApiError::not_found(t.info.group, t.info.plural, name)),
     }
 }
 
 /// LIST from the cache with upstream's resourceVersion, paging and selector rules.
-pub async fn list(shard: &Shard, t: &Target, o: &ListOptions) -> Reply {
+pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Reply {
     let cache = &shard.served(&t.info).cache;
     let sem = o.list_semantics();
     let at = match sem {
@@ -124,8 +158,17 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions) -> Reply {
         let (ns, name) = k.split_once('\0').unwrap_or(("", k));
         ContinueToken { rv: Some(page.rv), after: (ns.to_owned(), name.to_owned()) }.encode()
     });
-    let shard_info = o.shard_selector.as_ref().map(|s| s.canonical());
-    Ok(body::json(StatusCode::OK, body::list(&t.info, page.rv, token.as_deref(), page.remaining, shard_info.as_deref(), &page.items)))
+    let mut meta = json!({"resourceVersion": page.rv.to_string()});
+    if let Some(c) = token {
+        meta["continue"] = c.into();
+    }
+    if let Some(r) = page.remaining {
+        meta["remainingItemCount"] = r.into();
+    }
+    if let Some(s) = &o.shard_selector {
+        meta["shardInfo"] = json!({"selector": s.canonical()});
+    }
+    Ok(view.render(&t.info, &page.items, meta, false))
 }
 
 /// Reads the current stored object (from etcd, for a write).

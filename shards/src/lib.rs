@@ -16,6 +16,7 @@ pub mod namespaces;
 pub mod path;
 pub mod server;
 pub mod shard;
+pub mod table;
 pub mod watch;
 
 pub use server::{serve, ShardConfig};

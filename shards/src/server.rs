@@ -5,7 +5,9 @@ use crate::discovery;
 use crate::handlers;
 use crate::path;
 use crate::shard::Shard;
+use crate::table::{self, Representation};
 use crate::watch;
+use crate::handlers::View;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, Response, StatusCode};
@@ -168,20 +170,19 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         }
     }
     let Some(t) = target else { return Err(ApiError::path_not_found()) };
-    if get || *method == Method::DELETE {
-        body::accepts_json(headers)?;
-    }
+    let repr = if get || *method == Method::DELETE { table::negotiate(headers).ok_or_else(|| ApiError::not_acceptable(accept))? } else { Representation::Json };
+    let view = View { repr, include: table::IncludeObject::parse(handlers::form_value(query, "includeObject").as_deref())? };
     let name = t.name.clone();
     match (method.as_str(), name.as_deref()) {
         ("GET", None) => {
             let o = ListOptions::parse(query, &t.info)?;
-            if o.watch { watch::watch(shard.clone(), t, o).await } else { handlers::list(shard, &t, &o).await }
+            if o.watch { watch::watch(shard.clone(), t, o, view).await } else { handlers::list(shard, &t, &o, view).await }
         }
         ("GET", Some(n)) => {
             if t.subresource.as_deref().is_some_and(|s| s != "status") {
                 return Err(ApiError::method_not_allowed("get", t.info.group, t.info.plural));
             }
-            handlers::get(shard, &t, n, query).await
+            handlers::get(shard, &t, n, query, view).await
         }
         ("POST", None) => handlers::create(shard, &t, headers, query, raw).await,
         ("PUT", Some(n)) => handlers::update(shard, &t, n, headers, query, raw).await,

@@ -1,7 +1,8 @@
 //! WATCH: newline-delimited JSON events from the cache, with bookmarks, `sendInitialEvents` and
 //! its `k8s.io/initial-events-end` bookmark, and 410 as an ERROR event on a 200 stream.
 
-use crate::handlers::{filter, WAIT};
+use crate::handlers::{filter, View, WAIT};
+use crate::table::{self, Representation};
 use crate::path::Target;
 use crate::shard::Shard;
 use axum::body::Body;
@@ -57,7 +58,7 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
 
 /// Serves a WATCH. Errors before the stream starts (bad options) are plain HTTP errors; once the
 /// resourceVersion is accepted, failures are ERROR events, as upstream.
-pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions) -> Result<Response<Body>, ApiError> {
+pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> Result<Response<Body>, ApiError> {
     let info = t.info.clone();
     let cache = shard.served(&info).cache.clone();
     let f = filter(&t, &o);
@@ -119,7 +120,14 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions) -> Result<Respo
                         WatchMsg::Event(kind, obj) => {
                             last_rv = last_rv.max(obj.rv);
                             metrics.watch_events.with_label_values(&labels).inc();
-                            event_line(kind.as_str(), &obj.bytes)
+                            match view.repr {
+                                Representation::Json => event_line(kind.as_str(), &obj.bytes),
+                                Representation::Metadata(v) => event_line(kind.as_str(), &serde_json::to_vec(&table::partial_metadata(v, &obj.bytes)).expect("json")),
+                                Representation::Table(v) => {
+                                    let meta = json!({"resourceVersion": obj.rv.to_string()});
+                                    event_line(kind.as_str(), &table::table(&info, v, &[obj.bytes.as_ref()], meta, view.include))
+                                }
+                            }
                         }
                         WatchMsg::Progress(rv) => {
                             last_rv = last_rv.max(rv);

@@ -417,3 +417,62 @@ async fn field_validation_drops_warns_or_refuses_unknown_fields() {
     assert_eq!(doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"]["x-kubernetes-group-version-kind"][0]["kind"], "Deployment");
     assert_eq!(s.get("/openapi/v3/apis/nope/v1").await.0, 404);
 }
+
+#[tokio::test]
+async fn tables_and_partial_metadata_as_upstream_renders_them() {
+    let (_etcd, s) = setup().await;
+    let get = |path: String, accept: &'static str| {
+        let url = format!("{}{path}", s.url);
+        async move {
+            let r = client().get(url).header("accept", accept).send().await.unwrap();
+            let ct = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
+            (r.status().as_u16(), ct, r.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    const KUBECTL: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p1"}, "spec": {"nodeName": "n1", "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}});
+    assert_eq!(s.post("/api/v1/namespaces/demo/pods", &pod).await.0, 201);
+    let (code, ct, t) = get("/api/v1/namespaces/demo/pods".into(), KUBECTL).await;
+    assert_eq!((code, ct.as_str(), t["kind"].as_str(), t["apiVersion"].as_str()), (200, "application/json;as=Table;v=v1;g=meta.k8s.io", Some("Table"), Some("meta.k8s.io/v1")));
+    let cols: Vec<&str> = t["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(cols, ["Name", "Ready", "Status", "Restarts", "Age", "IP", "Node", "Nominated Node", "Readiness Gates"]);
+    let cells = &t["rows"][0]["cells"];
+    assert_eq!((&cells[0], &cells[1], &cells[2], &cells[3], &cells[6]), (&json!("p1"), &json!("0/2"), &json!("Pending"), &json!("0"), &json!("n1")));
+    assert!(cells[4].as_str().unwrap().ends_with('s'));
+    assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata");
+    assert!(t["metadata"]["resourceVersion"].is_string());
+    // One object as a v1beta1 Table; includeObject=None drops the row object.
+    let (_, _, one) = get("/api/v1/namespaces/demo/pods/p1?includeObject=None".into(), "application/json;as=Table;v=v1beta1;g=meta.k8s.io").await;
+    assert_eq!((one["apiVersion"].as_str(), one["rows"].as_array().unwrap().len()), (Some("meta.k8s.io/v1beta1"), 1));
+    assert!(one["rows"][0].get("object").is_none());
+    // Paged Tables keep RV and continue.
+    for i in 0..3 {
+        s.post("/api/v1/namespaces/demo/configmaps", &configmap(&format!("t{i}"), json!({}))).await;
+    }
+    let (_, _, page) = get(format!("{CM}?limit=2"), KUBECTL).await;
+    assert_eq!(page["rows"].as_array().unwrap().len(), 2);
+    assert!(page["metadata"]["continue"].is_string());
+    assert_eq!(page["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect::<Vec<_>>(), ["Name", "Data", "Age"]);
+    assert_eq!(page["rows"][0]["cells"][1], 1);
+    // Deployments, services and namespaces carry upstream's columns.
+    let (_, _, ns) = get("/api/v1/namespaces".into(), KUBECTL).await;
+    assert_eq!(ns["rows"][0]["cells"][1], "Active");
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "protocol": "TCP"}]}});
+    s.post("/api/v1/namespaces/demo/services", &svc).await;
+    let (_, _, st) = get("/api/v1/namespaces/demo/services".into(), KUBECTL).await;
+    assert_eq!(st["rows"][0]["cells"], json!(["web", "ClusterIP", "<none>", "<none>", "80/TCP", st["rows"][0]["cells"][5], "app=web"]));
+    // PartialObjectMetadataList.
+    let (code, _, meta) = get(format!("{CM}"), "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io").await;
+    assert_eq!((code, meta["kind"].as_str(), meta["apiVersion"].as_str()), (200, Some("PartialObjectMetadataList"), Some("meta.k8s.io/v1")));
+    assert_eq!(meta["items"][0]["kind"], "PartialObjectMetadata");
+    assert!(meta["items"][0].get("data").is_none() && meta["items"][0]["metadata"]["name"] == "t0");
+    // A Table watch: each event's object is a one-row Table.
+    let r = client().get(format!("{}{CM}?watch=1&resourceVersion={}", s.url, rv(&page))).header("accept", KUBECTL).send().await.unwrap();
+    let mut w = WatchReader::from_response(r);
+    s.post(CM, &configmap("t9", json!({}))).await;
+    let e = w.next(T).await.expect("table event");
+    assert_eq!((e["type"].as_str(), e["object"]["kind"].as_str(), &e["object"]["rows"][0]["cells"][0]), (Some("ADDED"), Some("Table"), &json!("t9")));
+    // Nothing acceptable: 406.
+    let (code, _, st) = get(CM.into(), "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io").await;
+    assert_eq!((code, st["reason"].as_str()), (406, Some("NotAcceptable")));
+}

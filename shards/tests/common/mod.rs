@@ -174,6 +174,12 @@ pub struct WatchReader {
 }
 
 impl WatchReader {
+    /// A reader over an already-open watch response (one opened with custom headers).
+    pub fn from_response(resp: reqwest::Response) -> Self {
+        assert_eq!(resp.status(), 200);
+        Self { resp, buf: Vec::new() }
+    }
+
     /// The next event, or None when the stream ends or `within` passes.
     pub async fn next(&mut self, within: Duration) -> Option<Value> {
         let deadline = tokio::time::Instant::now() + within;
