@@ -51,20 +51,19 @@ pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError
     Ok(v)
 }
 
-/// Checks the body's `apiVersion` and `kind` against the resource (400 as upstream).
-pub fn check_type(info: &ResourceInfo, obj: &Value) -> Result<(), ApiError> {
-    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
-    if kind.is_empty() {
-        return Err(ApiError::bad_request("Object 'Kind' is missing in the request body"));
-    }
+/// Checks the body's `apiVersion` and `kind` against the resource (400 as upstream). Absent ones
+/// default to the endpoint's, as upstream decodes with the endpoint's kind as the default.
+pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_owned();
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("").to_owned();
     if api_version.is_empty() {
-        return Err(ApiError::bad_request("Object 'apiVersion' is missing in the request body"));
-    }
-    if api_version != info.api_version() {
+        obj["apiVersion"] = Value::String(info.api_version());
+    } else if api_version != info.api_version() {
         return Err(ApiError::bad_request(format!("the API version in the data ({api_version}) does not match the expected API version ({})", info.api_version())));
     }
-    if kind != info.kind {
+    if kind.is_empty() {
+        obj["kind"] = Value::String(info.kind.to_owned());
+    } else if kind != info.kind {
         return Err(ApiError::bad_request(format!("the kind in the data ({kind}) does not match the expected kind ({})", info.kind)));
     }
     Ok(())

@@ -231,7 +231,7 @@ async fn check_namespace(shard: &Shard, info: &ResourceInfo, ns: &str, name: &st
 pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
     let info = &t.info;
     let mut obj = body::decode_object(headers, raw)?;
-    body::check_type(info, &obj)?;
+    body::check_type(info, &mut obj)?;
     let dry = dry_run(query)?;
     let unknown = validate_fields(info, query, &mut obj)?;
     let path_ns = t.namespace.clone().unwrap_or_default();
@@ -308,7 +308,7 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
     let sub = subresource(t)?;
     let dry = dry_run(query)?;
     let mut obj = body::decode_object(headers, raw)?;
-    body::check_type(info, &obj)?;
+    body::check_type(info, &mut obj)?;
     let unknown = validate_fields(info, query, &mut obj)?;
     let body_name = meta::meta_str(&obj, "name").to_owned();
     if body_name != name {
@@ -383,7 +383,7 @@ pub async fn patch(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, q
         if meta::meta_str(&new, "name") != name || (info.namespaced && meta::meta_str(&new, "namespace") != ns) {
             return Err(ApiError::invalid(info.group, info.kind, name, vec![cause("FieldValueInvalid", "metadata.name", "Invalid value: the name and namespace of an object cannot be changed by a patch")]));
         }
-        body::check_type(info, &new)?;
+        body::check_type(info, &mut new)?;
         let unknown = validate_fields(info, query, &mut new)?;
         meta::prepare_for_update(info, &old, &mut new, sub);
         if let Some(r) = write_over(shard, info, &key, &kv, new, dry, &unknown).await? {
