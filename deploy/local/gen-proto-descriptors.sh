@@ -3,7 +3,9 @@
 # use to decode protobuf request bodies (client-go's default for built-in kinds).
 #
 # Source: the upstream generated.proto files as Debian trixie packages them
-# (golang-k8s-api-dev, golang-k8s-apimachinery-dev, Kubernetes 0.32.3), compiled with protoc.
+# (golang-k8s-api-dev, golang-k8s-apimachinery-dev, Kubernetes 0.32.3), and gnostic's
+# OpenAPIv2.proto (golang-github-google-gnostic-models-dev, for the protobuf /openapi/v2 that
+# kubectl 1.27 and 1.28 validate against), compiled with protoc.
 # The result is committed, so building shardplane needs neither the Go packages nor this script.
 # Run it again when a served API group is added.
 set -euo pipefail
@@ -11,16 +13,17 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bash "$root/deploy/local/install-deps.sh" >/dev/null   # protoc, and the trixie source list
-(cd "$work" && apt-get download -qq golang-k8s-api-dev/trixie golang-k8s-apimachinery-dev/trixie 2>/dev/null)
+(cd "$work" && apt-get download -qq golang-k8s-api-dev/trixie golang-k8s-apimachinery-dev/trixie golang-github-google-gnostic-models-dev/trixie 2>/dev/null)
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/root"; done
 src="$work/root/usr/share/gocode/src"
-protoc --proto_path="$src" --include_imports --descriptor_set_out="$root/crates/apimachinery/proto/kubernetes.fds" \
+protoc --proto_path="$src" --proto_path=/usr/include --include_imports --descriptor_set_out="$root/crates/apimachinery/proto/kubernetes.fds" \
   k8s.io/api/core/v1/generated.proto \
   k8s.io/api/apps/v1/generated.proto \
   k8s.io/api/batch/v1/generated.proto \
   k8s.io/api/coordination/v1/generated.proto \
   k8s.io/apimachinery/pkg/runtime/generated.proto \
-  k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto
+  k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto \
+  github.com/google/gnostic-models/openapiv2/OpenAPIv2.proto
 # Go's JSON encoder drops zero values of non-pointer scalar fields tagged omitempty, while its
 # protobuf marshaller always writes them. List those fields (from the Go types beside each
 # generated.proto) so the decoder can drop the zeros too and store what a JSON body would store.

@@ -162,6 +162,12 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         use shardplane_apimachinery::openapi;
         match segs.as_slice() {
             ["openapi", "v3"] => return json_ok(openapi::index(&shard.resources)),
+            ["openapi", "v2"] if accept.contains("protobuf") => {
+                let mut r = Response::new(Body::from(openapi::v2_protobuf(&shard.resources)));
+                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(openapi::V2_PROTOBUF));
+                return Ok(r);
+            }
+            ["openapi", "v2"] => return Err(ApiError::not_acceptable(accept)),
             ["openapi", "v3", "api", v] => return openapi::group_version_document(&shard.resources, "", v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
             ["openapi", "v3", "apis", g, v] => return openapi::group_version_document(&shard.resources, g, v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
             ["apis", g] => return discovery::api_group(&shard.resources, g).map_or_else(|| Err(ApiError::path_not_found()), json_ok),

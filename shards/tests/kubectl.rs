@@ -1,7 +1,7 @@
 //! kubectl (the real binaries from the base image) against a shard on real etcd, with default
-//! flags: validation through `/openapi/v3` (kubectl then sends `fieldValidation=Strict`), client-side
-//! apply, `explain`, and generators that send protobuf bodies. kubectl 1.27 and 1.28 validate only
-//! against a protobuf `/openapi/v2`, which is not served yet: they run with `--validate=false`.
+//! flags: validation through `/openapi/v3` (1.29+) or the protobuf `/openapi/v2` (1.27, 1.28), after
+//! which kubectl sends `fieldValidation=Strict`; client-side apply; `explain`; and generators that
+//! send protobuf bodies.
 
 mod common;
 
@@ -23,8 +23,6 @@ struct Kubectl {
     bin: String,
     server: String,
     home: tempdir::Dir,
-    /// Extra flags for create/apply (`--validate=false` where the version needs it).
-    validate: Vec<&'static str>,
 }
 
 mod tempdir {
@@ -94,18 +92,15 @@ spec: {selector: {app: web}, ports: [{port: 80}]}
 async fn scenario(version: &str) {
     let etcd = Etcd::start().await;
     let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
-    // 1.27 and 1.28 validate only against a protobuf /openapi/v2, which is not served yet.
-    let validate = if matches!(version, "1.27" | "1.28") { vec!["--validate=false"] } else { vec![] };
-    let k = Kubectl { bin: kubectl_path(version), server: s.url.clone(), home: tempdir::Dir::new(), validate };
+    let k = Kubectl { bin: kubectl_path(version), server: s.url.clone(), home: tempdir::Dir::new() };
     // kubectl blocks; run it off the runtime's worker threads.
     tokio::task::spawn_blocking(move || run_steps(&k)).await.unwrap();
 }
 
 fn run_steps(k: &Kubectl) {
-    let with = |args: &[&'static str]| -> Vec<&'static str> { args.iter().copied().chain(k.validate.iter().copied()).collect() };
-    let ns = k.ok(&with(&["create", "-o", "name", "-f", "-"]), Some("apiVersion: v1\nkind: Namespace\nmetadata: {name: scenario}\n"));
+    let ns = k.ok(&["create", "-o", "name", "-f", "-"], Some("apiVersion: v1\nkind: Namespace\nmetadata: {name: scenario}\n"));
     assert_eq!(ns.trim(), "namespace/scenario");
-    k.ok(&with(&["apply", "-f", "-"]), Some(MANIFEST));
+    k.ok(&["apply", "-f", "-"], Some(MANIFEST));
     let table = k.ok(&["get", "deployments,configmaps,services", "-n", "scenario"], None);
     for name in ["deployment.apps/web", "configmap/settings", "service/web"] {
         assert!(table.contains(name), "{table}");
@@ -124,7 +119,7 @@ fn run_steps(k: &Kubectl) {
     let cm: serde_json::Value = serde_json::from_str(&k.ok(&["get", "configmap", "settings", "-n", "scenario", "-o", "json"], None)).unwrap();
     assert_eq!((&cm["data"]["mode"], &cm["metadata"]["labels"]["tier"], &cm["metadata"]["annotations"]["owner"]), (&"green".into(), &"front".into(), &"platform".into()));
     // Re-applying the manifest changes the deployment back (client-side apply, strategic patch).
-    k.ok(&with(&["apply", "-f", "-"]), Some(MANIFEST));
+    k.ok(&["apply", "-f", "-"], Some(MANIFEST));
     let d: serde_json::Value = serde_json::from_str(&k.ok(&["get", "deployment", "web", "-n", "scenario", "-o", "json"], None)).unwrap();
     assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["image"], "nginx:1.27");
     // get -w sees a change made while it watches.
@@ -160,7 +155,7 @@ fn run_steps(k: &Kubectl) {
     for r in ["configmaps", "deployments", "leases", "namespaces"] {
         assert!(resources.contains(r), "{resources}");
     }
-    if k.validate.is_empty() {
+    {
         let explain = k.ok(&["explain", "pods"], None);
         assert!(explain.contains("KIND:") && explain.contains("Pod") && explain.contains("spec"), "{explain}");
         let field = k.ok(&["explain", "deployment.spec.replicas"], None);
@@ -200,7 +195,7 @@ async fn kubectl_scenario_1_33() {
 async fn generators_decode_like_json(version: &str) {
     let etcd = Etcd::start().await;
     let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
-    let k = Kubectl { bin: kubectl_path(version), server: s.url.clone(), home: tempdir::Dir::new(), validate: vec![] };
+    let k = Kubectl { bin: kubectl_path(version), server: s.url.clone(), home: tempdir::Dir::new() };
     let generators: Vec<(&str, Vec<&str>)> = vec![
         ("namespaces/gen", vec!["create", "namespace", "gen"]),
         ("namespaces/gen/configmaps/cm1", vec!["create", "configmap", "cm1", "-n", "gen", "--from-literal=a=1", "--from-literal=b=two"]),

@@ -128,6 +128,95 @@ pub fn group_version_document(resources: &[Arc<ResourceInfo>], group: &str, vers
     }))
 }
 
+/// The Content-Type of the protobuf `/openapi/v2` document.
+/// (Clients ask with `spec.v2@v1.0`; upstream answers with `spec.v2.v1.0`, which Go can parse.)
+pub const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+
+fn vendor_extensions(s: &Map<String, Value>) -> Vec<Value> {
+    // gnostic keeps extension values as YAML; JSON text is YAML.
+    s.iter().filter(|(k, _)| k.starts_with("x-")).map(|(k, v)| json!({"name": k, "value": {"yaml": v.to_string()}})).collect()
+}
+
+/// A v3 component schema in gnostic's OpenAPI v2 `Schema` form (proto field names).
+fn schema_v2(s: &Value) -> Value {
+    let Some(m) = s.as_object() else { return json!({}) };
+    let mut out = Map::new();
+    let reference = m.get("$ref").or_else(|| m.get("allOf").and_then(|a| a.get(0)).and_then(|x| x.get("$ref")));
+    if let Some(r) = reference.and_then(Value::as_str) {
+        out.insert("_ref".into(), Value::String(r.replace("#/components/schemas/", "#/definitions/")));
+    }
+    for k in ["description", "format"] {
+        if let Some(v) = m.get(k).filter(|v| v.is_string()) {
+            out.insert(k.into(), v.clone());
+        }
+    }
+    if let Some(t) = m.get("type").and_then(Value::as_str) {
+        out.insert("type".into(), json!({"value": [t]}));
+    }
+    if let Some(r) = m.get("required").filter(|r| r.is_array()) {
+        out.insert("required".into(), r.clone());
+    }
+    if let Some(props) = m.get("properties").and_then(Value::as_object) {
+        let named: Vec<Value> = props.iter().map(|(k, v)| json!({"name": k, "value": schema_v2(v)})).collect();
+        out.insert("properties".into(), json!({"additional_properties": named}));
+    }
+    match m.get("additionalProperties") {
+        Some(Value::Bool(b)) => {
+            out.insert("additional_properties".into(), json!({"boolean": b}));
+        }
+        Some(ap @ Value::Object(_)) => {
+            out.insert("additional_properties".into(), json!({"schema": schema_v2(ap)}));
+        }
+        _ => {}
+    }
+    if let Some(items) = m.get("items") {
+        out.insert("items".into(), json!({"schema": [schema_v2(items)]}));
+    }
+    let ext = vendor_extensions(m);
+    if !ext.is_empty() {
+        out.insert("vendor_extension".into(), Value::Array(ext));
+    }
+    Value::Object(out)
+}
+
+/// `GET /openapi/v2` as kubectl 1.27 and 1.28 read it: gnostic's `openapi_v2.Document` in
+/// protobuf, with every served kind's definitions and a PATCH operation per kind that carries its
+/// `x-kubernetes-group-version-kind` and a `fieldValidation` parameter.
+pub fn v2_protobuf(resources: &[Arc<ResourceInfo>]) -> Vec<u8> {
+    let query = |name: &str, description: &str| json!({"parameter": {"non_body_parameter": {"query_parameter_sub_schema": {"name": name, "in": "query", "type": "string", "unique_items": true, "description": description}}}});
+    let mut paths = Vec::new();
+    for r in resources {
+        let Some(schema) = schema_name(r.group, r.version, r.kind) else { continue };
+        let base = format!("/{}", gv_path(r.group, r.version));
+        let coll = if r.namespaced { format!("{base}/namespaces/{{namespace}}/{}", r.plural) } else { format!("{base}/{}", r.plural) };
+        let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind}).to_string();
+        let ok = json!({"response_code": [{"name": "200", "value": {"response": {"description": "OK", "schema": {"schema": {"_ref": format!("#/definitions/{schema}")}}}}}]});
+        let op = |action: &str, id: &str, params: Vec<Value>| {
+            json!({
+                "operation_id": format!("{id}{}", r.kind),
+                "consumes": ["application/json-patch+json", "application/merge-patch+json", "application/strategic-merge-patch+json"],
+                "produces": ["application/json"],
+                "parameters": params,
+                "responses": ok,
+                "vendor_extension": [
+                    {"name": "x-kubernetes-action", "value": {"yaml": action}},
+                    {"name": "x-kubernetes-group-version-kind", "value": {"yaml": gvk}},
+                ],
+            })
+        };
+        let write = || vec![query("dryRun", "When present, indicates that modifications should not be persisted."), query("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes."), query("fieldValidation", "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields.")];
+        paths.push(json!({"name": format!("{coll}/{{name}}"), "value": {"get": op("get", "read", vec![]), "patch": op("patch", "patch", write()), "put": op("put", "replace", write())}}));
+    }
+    let definitions: Vec<Value> = SCHEMAS.iter().map(|(name, s)| json!({"name": name, "value": schema_v2(s)})).collect();
+    let doc = json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": "v1.33.0"},
+        "paths": {"path": paths},
+        "definitions": {"additional_properties": definitions},
+    });
+    crate::protobuf::encode_message("openapi.v2.Document", &doc).expect("the v2 document matches gnostic's schema")
+}
+
 /// `fieldValidation`: what to do with fields the schema does not know.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FieldValidation {
@@ -225,6 +314,16 @@ mod tests {
         let index = index(&all);
         let gvs: Vec<&String> = index["paths"].as_object().unwrap().keys().collect();
         assert_eq!(gvs, ["api/v1", "apis/apps/v1", "apis/batch/v1", "apis/coordination.k8s.io/v1"]);
+    }
+
+    #[test]
+    fn v2_document_encodes_and_keeps_kinds_and_merge_keys() {
+        let all: Vec<Arc<ResourceInfo>> = builtin_resources().into_iter().map(Arc::new).collect();
+        let bytes = v2_protobuf(&all);
+        assert!(bytes.len() > 100_000);
+        let needle = |s: &str| bytes.windows(s.len()).any(|w| w == s.as_bytes());
+        assert!(needle("io.k8s.api.apps.v1.Deployment") && needle("x-kubernetes-patch-merge-key") && needle("fieldValidation"));
+        assert!(needle(r#"{"group":"apps","kind":"Deployment","version":"v1"}"#));
     }
 
     #[test]

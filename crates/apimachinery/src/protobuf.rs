@@ -208,7 +208,7 @@ pub fn encode(obj: &Value) -> Result<Vec<u8>, String> {
     let api_version = obj["apiVersion"].as_str().ok_or("apiVersion missing")?;
     let kind = obj["kind"].as_str().ok_or("kind missing")?;
     let desc = message_for(api_version, kind).ok_or_else(|| format!("unknown kind {kind}"))?;
-    let msg = json_to_message(&desc, obj)?;
+    let msg = json_to_message(&desc, obj, false)?;
     let unknown_desc = POOL.get_message_by_name("k8s.io.apimachinery.pkg.runtime.Unknown").expect("runtime.Unknown");
     let mut unknown = DynamicMessage::new(unknown_desc.clone());
     let tm_desc = unknown_desc.get_field_by_name("typeMeta").and_then(|f| f.kind().as_message().cloned()).ok_or("typeMeta")?;
@@ -222,36 +222,51 @@ pub fn encode(obj: &Value) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-fn json_to_message(desc: &MessageDescriptor, v: &Value) -> Result<DynamicMessage, String> {
+/// Encodes a JSON object whose keys are the proto field names of message `full_name` (no
+/// Kubernetes envelope): the protobuf `/openapi/v2` document is built this way.
+pub fn encode_message(full_name: &str, v: &Value) -> Result<Vec<u8>, String> {
+    use prost::Message;
+    let desc = POOL.get_message_by_name(full_name).ok_or_else(|| format!("unknown message {full_name}"))?;
+    Ok(json_to_message(&desc, v, true)?.encode_to_vec())
+}
+
+/// `strict`: a key that is no field of the message is an error (else it is skipped, as TypeMeta is).
+fn json_to_message(desc: &MessageDescriptor, v: &Value, strict: bool) -> Result<DynamicMessage, String> {
     let mut msg = DynamicMessage::new(desc.clone());
     let Some(obj) = v.as_object() else { return Err(format!("{} must be an object", desc.full_name())) };
     for (k, val) in obj {
-        let Some(field) = desc.get_field_by_name(k) else { continue };
+        let Some(field) = desc.get_field_by_name(k) else {
+            if strict {
+                return Err(format!("{} has no field {k}", desc.full_name()));
+            }
+            continue;
+        };
         let pv = if field.is_map() {
             let entry = field.kind().as_message().cloned().ok_or("map entry")?;
             let value_field = entry.map_entry_value_field();
             let mut m = std::collections::HashMap::new();
             for (mk, mv) in val.as_object().ok_or("map must be an object")? {
-                m.insert(MapKey::String(mk.clone()), scalar_or_message(&value_field.kind(), mv)?);
+                m.insert(MapKey::String(mk.clone()), scalar_or_message(&value_field.kind(), mv, strict)?);
             }
             PValue::Map(m)
         } else if field.is_list() {
-            PValue::List(val.as_array().ok_or("list must be an array")?.iter().map(|x| scalar_or_message(&field.kind(), x)).collect::<Result<_, _>>()?)
+            PValue::List(val.as_array().ok_or("list must be an array")?.iter().map(|x| scalar_or_message(&field.kind(), x, strict)).collect::<Result<_, _>>()?)
         } else {
-            scalar_or_message(&field.kind(), val)?
+            scalar_or_message(&field.kind(), val, strict)?
         };
         msg.set_field(&field, pv);
     }
     Ok(msg)
 }
 
-fn scalar_or_message(kind: &prost_reflect::Kind, v: &Value) -> Result<PValue, String> {
+fn scalar_or_message(kind: &prost_reflect::Kind, v: &Value, strict: bool) -> Result<PValue, String> {
     use prost_reflect::Kind;
     Ok(match kind {
         Kind::String => PValue::String(v.as_str().ok_or("expected a string")?.to_owned()),
         Kind::Bool => PValue::Bool(v.as_bool().ok_or("expected a bool")?),
         Kind::Int32 => PValue::I32(v.as_i64().ok_or("expected an integer")? as i32),
         Kind::Int64 => PValue::I64(v.as_i64().ok_or("expected an integer")?),
+        Kind::Double => PValue::F64(v.as_f64().ok_or("expected a number")?),
         Kind::Bytes => PValue::Bytes(base64::engine::general_purpose::STANDARD.decode(v.as_str().ok_or("expected base64")?).map_err(|e| e.to_string())?.into()),
         Kind::Message(m) if m.full_name() == "k8s.io.apimachinery.pkg.util.intstr.IntOrString" => {
             let mut msg = DynamicMessage::new(m.clone());
@@ -272,7 +287,7 @@ fn scalar_or_message(kind: &prost_reflect::Kind, v: &Value) -> Result<PValue, St
             msg.set_field_by_name("string", PValue::String(v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())));
             PValue::Message(msg)
         }
-        Kind::Message(m) => PValue::Message(json_to_message(m, v)?),
+        Kind::Message(m) => PValue::Message(json_to_message(m, v, strict)?),
         other => return Err(format!("unsupported field kind {other:?}")),
     })
 }
