@@ -434,7 +434,12 @@ pub async fn delete(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
                 return respond(StatusCode::OK, new, None);
             }
             match shard.storage.update(&key, stored_bytes(&new), kv.mod_revision).await {
-                Ok(rev) => return respond(if is_namespace { StatusCode::OK } else { StatusCode::ACCEPTED }, new, Some(rev)),
+                // Upstream answers 200 for an object only marked for deletion (202 only with the
+                // deprecated orphanDependents=false).
+                Ok(rev) => {
+                    let orphan_false = opts.get("orphanDependents") == Some(&Value::Bool(false));
+                    return respond(if orphan_false { StatusCode::ACCEPTED } else { StatusCode::OK }, new, Some(rev));
+                }
                 Err(StorageError::Conflict { .. }) => continue,
                 Err(e) => return Err(storage_err(e)),
             }

@@ -1,0 +1,200 @@
+//! Property tests of the watch cache against a BTreeMap model.
+use super::*;
+use crate::object::decode_object;
+use proptest::prelude::*;
+use shardplane_apimachinery::resources::{builtin_resources, find};
+use shardplane_apimachinery::selectors::LabelSelector;
+use std::collections::BTreeMap as Model;
+
+fn obj(ns: &str, name: &str, color: &str, rv: u64) -> CachedObject {
+    let all = builtin_resources();
+    let info = find(&all, "", "v1", "configmaps").unwrap();
+    let mut v = serde_json::json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": name, "namespace": ns, "uid": format!("uid-{name}"), "labels": {"color": color}}});
+    decode_object(info, &mut v, rv).unwrap()
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put { ns: u8, name: u8, color: bool },
+    Delete { ns: u8, name: u8 },
+    Progress,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0u8..3, 0u8..6, any::<bool>()).prop_map(|(ns, name, color)| Op::Put { ns, name, color }),
+        2 => (0u8..3, 0u8..6).prop_map(|(ns, name)| Op::Delete { ns, name }),
+        1 => Just(Op::Progress),
+    ]
+}
+
+type State = Model<(String, String), String>;
+
+/// Runs ops against the cache and returns the model state after every revision.
+fn run(cache: &WatchCache, ops: &[Op]) -> Model<u64, State> {
+    let mut states = Model::new();
+    let mut state = State::new();
+    let mut rv = 10;
+    cache.replace(vec![], rv);
+    states.insert(rv, state.clone());
+    for op in ops {
+        rv += 1;
+        match op {
+            Op::Put { ns, name, color } => {
+                let (ns, name, color) = (format!("ns{ns}"), format!("o{name}"), if *color { "red" } else { "blue" });
+                cache.apply(obj(&ns, &name, color, rv), false);
+                state.insert((ns, name), color.to_owned());
+            }
+            Op::Delete { ns, name } => {
+                let key = (format!("ns{ns}"), format!("o{name}"));
+                if let Some(color) = state.remove(&key) {
+                    cache.apply(obj(&key.0, &key.1, &color, rv), true);
+                } else {
+                    cache.progress(rv);
+                }
+            }
+            Op::Progress => cache.progress(rv),
+        }
+        states.insert(rv, state.clone());
+    }
+    states
+}
+
+fn names(items: &[Arc<CachedObject>]) -> Vec<(String, String)> {
+    items.iter().map(|o| (o.namespace().to_owned(), o.name().to_owned())).collect()
+}
+
+proptest! {
+    /// LIST at every retained revision equals the model's state at that revision, with and
+    /// without selectors and namespaces, and paging yields every object exactly once.
+    #[test]
+    fn list_at_revision_equals_model(ops in proptest::collection::vec(op(), 0..60), limit in 1usize..5, max_events in 5usize..80) {
+        let cache = WatchCache::new(CacheConfig { history_max_events: max_events, ..Default::default() });
+        let states = run(&cache, &ops);
+        let oldest = cache.oldest();
+        for (rv, state) in &states {
+            let red = Filter { labels: LabelSelector::parse("color=red").unwrap(), ..Default::default() };
+            let ns1 = Filter { namespace: Some("ns1".into()), ..Default::default() };
+            if *rv < oldest {
+                prop_assert_eq!(cache.list(Some(*rv), &Filter::default(), None, None, false).unwrap_err(), CacheError::TooOld { requested: *rv, oldest });
+                continue;
+            }
+            for (filter, want) in [
+                (Filter::default(), state.keys().cloned().collect::<Vec<_>>()),
+                (red, state.iter().filter(|(_, c)| *c == "red").map(|(k, _)| k.clone()).collect()),
+                (ns1, state.keys().filter(|k| k.0 == "ns1").cloned().collect()),
+            ] {
+                let all = cache.list(Some(*rv), &filter, None, None, false).unwrap();
+                prop_assert_eq!(all.rv, *rv);
+                prop_assert_eq!(&names(&all.items), &want);
+                // Paged walk at the same revision.
+                let mut got = Vec::new();
+                let mut after: Option<Box<str>> = None;
+                loop {
+                    let page = cache.list(Some(*rv), &filter, after.as_deref(), Some(limit), true).unwrap();
+                    prop_assert!(page.items.len() <= limit);
+                    got.extend(names(&page.items));
+                    if let Some(r) = page.remaining {
+                        prop_assert_eq!(r as usize, want.len() - got.len());
+                    }
+                    match page.continue_after {
+                        Some(k) => after = Some(k),
+                        None => break,
+                    }
+                }
+                prop_assert_eq!(&got, &want);
+            }
+        }
+    }
+
+    /// A watch from any retained revision replays exactly the model's changes after it, in
+    /// order, then receives live changes; selector transitions become ADDED/DELETED.
+    #[test]
+    fn watch_replays_model_changes(ops in proptest::collection::vec(op(), 1..60), split in 0usize..60, from_pick in 0usize..60) {
+        let cache = WatchCache::new(CacheConfig::default());
+        let split = split.min(ops.len());
+        // Model event log: (rv, key, color before, color after).
+        let mut log: Vec<(u64, (String, String), Option<String>, Option<String>)> = Vec::new();
+        let mut state = State::new();
+        let mut rv = 10;
+        cache.replace(vec![], rv);
+        let mut watchers = None;
+        let from = 10 + from_pick.min(split) as u64;
+        for (i, op) in ops.iter().enumerate() {
+            if i == split {
+                let red = Filter { labels: LabelSelector::parse("color=red").unwrap(), ..Default::default() };
+                watchers = Some((cache.watch(Some(from), Filter::default(), false).unwrap(), cache.watch(Some(from), red, false).unwrap()));
+            }
+            rv += 1;
+            match op {
+                Op::Put { ns, name, color } => {
+                    let (key, color) = ((format!("ns{ns}"), format!("o{name}")), if *color { "red" } else { "blue" }.to_owned());
+                    cache.apply(obj(&key.0, &key.1, &color, rv), false);
+                    log.push((rv, key.clone(), state.insert(key, color.clone()), Some(color)));
+                }
+                Op::Delete { ns, name } => {
+                    let key = (format!("ns{ns}"), format!("o{name}"));
+                    match state.remove(&key) {
+                        Some(color) => {
+                            cache.apply(obj(&key.0, &key.1, &color, rv), true);
+                            log.push((rv, key, Some(color), None));
+                        }
+                        None => cache.progress(rv),
+                    }
+                }
+                Op::Progress => cache.progress(rv),
+            }
+        }
+        let (mut w_all, mut w_red) = watchers.unwrap_or_else(|| {
+            let red = Filter { labels: LabelSelector::parse("color=red").unwrap(), ..Default::default() };
+            (cache.watch(Some(from), Filter::default(), false).unwrap(), cache.watch(Some(from), red, false).unwrap())
+        });
+        let expect = |pred: &dyn Fn(&str) -> bool| -> Vec<(&'static str, (String, String), u64)> {
+            log.iter().filter(|(r, ..)| *r > from).filter_map(|(r, k, before, after)| {
+                let was = before.as_deref().is_some_and(pred);
+                let is = after.as_deref().is_some_and(pred);
+                let t = match (before.is_some(), after.is_some(), was, is) {
+                    (_, _, false, true) => "ADDED",
+                    (_, true, true, true) => "MODIFIED",
+                    (_, _, true, false) => "DELETED",
+                    _ => return None,
+                };
+                Some((t, k.clone(), *r))
+            }).collect()
+        };
+        let drain = |w: &mut Watcher| {
+            let mut out = Vec::new();
+            while let Some(m) = w.backlog.pop_front().or_else(|| w.rx.try_recv().ok()) {
+                if let WatchMsg::Event(t, o) = m {
+                    out.push((t.as_str(), (o.namespace().to_owned(), o.name().to_owned()), o.rv));
+                }
+            }
+            out
+        };
+        let got_all = drain(&mut w_all);
+        prop_assert!(got_all.windows(2).all(|w| w[0].2 < w[1].2));
+        prop_assert_eq!(got_all, expect(&|_| true));
+        prop_assert_eq!(drain(&mut w_red), expect(&|c| c == "red"));
+    }
+
+    /// A watcher that does not read is closed when its buffer fills; the others keep going.
+    #[test]
+    fn slow_watcher_is_closed_alone(n in 3usize..20) {
+        let cache = WatchCache::new(CacheConfig { watcher_buffer: 2, ..Default::default() });
+        cache.replace(vec![], 1);
+        let mut slow = cache.watch(Some(1), Filter::default(), false).unwrap();
+        let mut fast = cache.watch(Some(1), Filter::default(), false).unwrap();
+        let mut seen = 0;
+        for i in 0..n {
+            cache.apply(obj("ns", &format!("o{i}"), "red", 2 + i as u64), false);
+            while let Ok(WatchMsg::Event(..)) = fast.rx.try_recv() { seen += 1; }
+        }
+        prop_assert_eq!(seen, n);
+        prop_assert_eq!(cache.stats().watchers, 1);
+        let mut got = 0;
+        while let Ok(_) = slow.rx.try_recv() { got += 1; }
+        prop_assert_eq!(got, 2);
+        prop_assert!(slow.rx.try_recv().is_err());
+    }
+}
+
