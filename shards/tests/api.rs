@@ -102,7 +102,13 @@ async fn writes_follow_upstream_rules() {
     assert_eq!(d["metadata"]["generation"], 1);
     let (_, d) = s.send("PATCH", path, "application/strategic-merge-patch+json", r#"{"spec":{"replicas":3,"template":{"spec":{"containers":[{"name":"c","image":"nginx:2"}]}}},"status":{"replicas":9}}"#).await;
     assert_eq!((&d["metadata"]["generation"], &d["spec"]["replicas"], &d["status"]), (&json!(2), &json!(3), &Value::Null));
-    assert_eq!(d["spec"]["template"]["spec"]["containers"], json!([{"name": "c", "image": "nginx:2"}]));
+    // Upstream's defaults are filled in on every write; the patch merged the container, so the
+    // pull policy defaulted for the untagged image at create stays.
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"],
+        json!([{"name": "c", "image": "nginx:2", "imagePullPolicy": "Always", "resources": {}, "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}])
+    );
+    assert_eq!((&d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], &d["spec"]["revisionHistoryLimit"], &d["spec"]["template"]["spec"]["restartPolicy"]), (&json!("25%"), &json!(10), &json!("Always")));
     let (code, d) = s.send("PATCH", &format!("{path}/status"), "application/merge-patch+json", r#"{"spec":{"replicas":7},"status":{"replicas":3}}"#).await;
     assert_eq!((code, &d["spec"]["replicas"], &d["status"]["replicas"], &d["metadata"]["generation"]), (200, &json!(3), &json!(3), &json!(2)));
     // Finalizers: delete marks, removing the last finalizer deletes.

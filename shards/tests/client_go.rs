@@ -59,8 +59,12 @@ async fn client_go_protobuf_writes_store_the_intended_objects() {
     assert_eq!(d["spec"]["replicas"], 0);
     assert_eq!(d["metadata"]["generation"], 2);
     assert_eq!(d["status"]["replicas"], 3);
-    assert_eq!(d["spec"]["strategy"], json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%"}}));
-    assert_eq!(d["spec"]["template"]["spec"]["containers"], json!([{"name": "web", "image": "nginx:1.27", "ports": [{"containerPort": 80, "protocol": "TCP"}], "resources": {}}]));
+    // maxUnavailable was not sent: upstream's default fills it in.
+    assert_eq!(d["spec"]["strategy"], json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}));
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"],
+        json!([{"name": "web", "image": "nginx:1.27", "imagePullPolicy": "IfNotPresent", "ports": [{"containerPort": 80, "protocol": "TCP"}], "resources": {}, "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}])
+    );
     assert_eq!(d["spec"]["template"]["metadata"]["creationTimestamp"], Value::Null);
     assert_eq!(step("update-deployment")["metadata"]["generation"], 2);
     assert_eq!(step("update-deployment-status")["spec"]["replicas"], 0);
@@ -71,9 +75,10 @@ async fn client_go_protobuf_writes_store_the_intended_objects() {
     let renew = l["spec"]["renewTime"].as_str().unwrap();
     assert!(renew.len() == "2026-01-01T00:00:00.000000Z".len() && renew.ends_with('Z'), "{renew}");
 
-    // Service: IntOrString as a number.
+    // Service: IntOrString as a number; protocol, type and session affinity defaulted.
     let (_, svc) = s.get("/api/v1/namespaces/clientgo/services/web").await;
-    assert_eq!(svc["spec"]["ports"], json!([{"port": 80, "targetPort": 8080}]));
+    assert_eq!(svc["spec"]["ports"], json!([{"port": 80, "protocol": "TCP", "targetPort": 8080}]));
+    assert_eq!((&svc["spec"]["type"], &svc["spec"]["sessionAffinity"]), (&json!("ClusterIP"), &json!("None")));
 
     // DeleteOptions in protobuf: a wrong uid precondition conflicts, the right one deletes.
     assert!(step("delete-configmap-wrong-uid")["error"].as_str().unwrap().contains("Precondition failed: UID in precondition: wrong"));

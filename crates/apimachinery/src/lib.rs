@@ -10,6 +10,7 @@
 //! objects, so the shard, the router and the conformance suite all agree on one reading of the API.
 
 pub mod continue_token;
+pub mod defaults;
 pub mod list_options;
 pub mod meta;
 pub mod openapi;

@@ -208,6 +208,10 @@ pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
     } else {
         meta.remove("generation");
     }
+    crate::defaults::apply(info, obj);
+    if info.kind == "Job" && info.group == "batch" {
+        crate::defaults::generate_job_selector(obj);
+    }
     if info.plural == "namespaces" && info.group.is_empty() {
         obj["spec"] = serde_json::json!({"finalizers": ["kubernetes"]});
         obj["status"] = serde_json::json!({"phase": "Active"});
@@ -237,6 +241,7 @@ pub enum Subresource {
 
 /// Carries server-owned fields from `old` into `new` and applies the subresource rules.
 pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub: Subresource) {
+    crate::defaults::apply(info, new);
     let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
     {
         let meta = metadata_mut(new);
