@@ -39,6 +39,12 @@ struct Args {
     /// Events buffered per watcher before a slow watcher is closed.
     #[arg(long, default_value_t = 1024)]
     watcher_buffer: usize,
+    /// Most concurrent non-mutating requests (watches exempt); more get 429.
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Most concurrent mutating requests; more get 429.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
 }
 
 #[tokio::main]
@@ -66,6 +72,8 @@ async fn main() -> std::process::ExitCode {
         compaction_interval: (args.compaction_interval > 0).then(|| Duration::from_secs(args.compaction_interval)),
         bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
         namespace_sweep: Duration::from_secs(1),
+        max_requests_inflight: args.max_requests_inflight,
+        max_mutating_inflight: args.max_mutating_requests_inflight,
     };
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();

@@ -34,6 +34,18 @@ pub struct ShardConfig {
     pub compaction_interval: Option<Duration>,
     pub bookmark_interval: Duration,
     pub namespace_sweep: Duration,
+    /// Most concurrent non-mutating, non-watch requests (upstream `--max-requests-inflight`).
+    pub max_requests_inflight: usize,
+    /// Most concurrent mutating requests (upstream `--max-mutating-requests-inflight`).
+    pub max_mutating_inflight: usize,
+}
+
+/// The in-flight bounds. Past them a request gets 429 with Retry-After, as upstream; watches are
+/// long-running and exempt (each is bounded by its own buffers).
+#[derive(Clone)]
+pub struct InflightLimits {
+    read: Arc<tokio::sync::Semaphore>,
+    mutating: Arc<tokio::sync::Semaphore>,
 }
 
 /// Connects to etcd, starts the caches and background loops, and serves HTTP until `shutdown`.
@@ -51,7 +63,11 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
         });
     }
     tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
-    let app = router(shard);
+    let limits = InflightLimits {
+        read: Arc::new(tokio::sync::Semaphore::new(config.max_requests_inflight.max(1))),
+        mutating: Arc::new(tokio::sync::Semaphore::new(config.max_mutating_inflight.max(1))),
+    };
+    let app = router(shard, limits);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(id = %config.id, addr = %listener.local_addr()?, ranges = %config.ranges, "shard serving");
@@ -62,8 +78,8 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
 }
 
 /// The HTTP routes of a shard.
-pub fn router(shard: Arc<Shard>) -> Router {
-    Router::new().fallback(dispatch).with_state(shard)
+pub fn router(shard: Arc<Shard>, limits: InflightLimits) -> Router {
+    Router::new().fallback(dispatch).with_state((shard, limits))
 }
 
 fn labels_for(method: &Method, target: Option<&path::Target>, watch: bool) -> (String, String, String, String, String, String) {
@@ -83,7 +99,7 @@ fn labels_for(method: &Method, target: Option<&path::Target>, watch: bool) -> (S
     (verb.to_owned(), t.info.group.to_owned(), t.info.version.to_owned(), t.info.plural.to_owned(), t.subresource.clone().unwrap_or_default(), scope.to_owned())
 }
 
-async fn dispatch(State(shard): State<Arc<Shard>>, req: Request) -> Response<Body> {
+async fn dispatch(State((shard, limits)): State<(Arc<Shard>, InflightLimits)>, req: Request) -> Response<Body> {
     let started = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
@@ -92,6 +108,20 @@ async fn dispatch(State(shard): State<Arc<Shard>>, req: Request) -> Response<Bod
     let watch = target.as_ref().is_some_and(|t| t.name.is_none()) && method == Method::GET && handlers::form_value(&query, "watch").is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"));
     let (verb, group, version, resource, sub, scope) = labels_for(&method, target.as_ref(), watch);
     let span = tracing::info_span!("request", %verb, %path, resource = %resource, shard = %shard.id);
+    let pool = match method {
+        _ if watch => None,
+        Method::GET | Method::HEAD => Some(&limits.read),
+        _ => Some(&limits.mutating),
+    };
+    let _permit = match pool.map(|p| p.clone().try_acquire_owned()) {
+        Some(Err(_)) => {
+            let resp = body::error(&ApiError::too_many_requests("Too many requests, please try again later.", 1));
+            shard.metrics.requests.with_label_values(&[&verb, &group, &version, &resource, &sub, &scope, "apiserver", "429"]).inc();
+            return resp;
+        }
+        Some(Ok(p)) => Some(p),
+        None => None,
+    };
     let resp = async {
         let (parts, body) = req.into_parts();
         let raw = match axum::body::to_bytes(body, body::MAX_BODY + 1).await {

@@ -537,3 +537,78 @@ async fn periodic_compaction_compacts_etcd_history() {
     let (code, cm) = s.get(&format!("{CM}/c")).await;
     assert_eq!((code, &cm["data"]["i"]), (200, &json!("2")));
 }
+
+#[tokio::test]
+async fn requests_past_the_inflight_bound_get_429_and_watches_are_exempt() {
+    let etcd = Etcd::start().await;
+    let mut cfg = test_config(&etcd, RangeSet::full());
+    cfg.max_requests_inflight = 1;
+    let s = TestShard::start(cfg).await;
+    // A watch holds no permit.
+    let _w = s.watch(&format!("/api/v1/configmaps?watch=1&resourceVersion=0")).await;
+    assert_eq!(s.get("/api/v1/configmaps").await.0, 200);
+    // A list waiting for a revision that never comes holds the one permit for ~3 s.
+    let url = format!("{}/api/v1/configmaps?resourceVersion=999999999&resourceVersionMatch=NotOlderThan", s.url);
+    let waiting = tokio::spawn(async move { client().get(url).send().await.unwrap().status().as_u16() });
+    // Poll (with a deadline) until a request meets the held permit.
+    let deadline = std::time::Instant::now() + T;
+    let throttled = loop {
+        let r = client().get(format!("{}/api/v1/namespaces", s.url)).send().await.unwrap();
+        if r.status() == 429 {
+            break Some((r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned()), r.json::<Value>().await.unwrap()));
+        }
+        if waiting.is_finished() || std::time::Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let (retry_after, st) = throttled.expect("a request was throttled while the permit was held");
+    assert_eq!((retry_after.as_deref(), st["reason"].as_str(), st["code"].as_u64()), (Some("1"), Some("TooManyRequests"), Some(429)));
+    assert_eq!(waiting.await.unwrap(), 504);
+    assert_eq!(s.get("/api/v1/namespaces").await.0, 200);
+}
+
+#[tokio::test]
+async fn discovery_legacy_and_aggregated() {
+    let (_etcd, s) = setup().await;
+    let (_, api) = s.get("/api").await;
+    assert_eq!((api["kind"].as_str(), &api["versions"]), (Some("APIVersions"), &json!(["v1"])));
+    let (_, groups) = s.get("/apis").await;
+    let names: Vec<&str> = groups["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["coordination.k8s.io", "apps", "batch"]);
+    for g in groups["groups"].as_array().unwrap() {
+        let (code, group) = s.get(&format!("/apis/{}", g["name"].as_str().unwrap())).await;
+        assert_eq!((code, group["kind"].as_str()), (200, Some("APIGroup")));
+        assert!(group["versions"].as_array().unwrap().contains(&group["preferredVersion"]));
+    }
+    let (_, v1) = s.get("/api/v1").await;
+    let cm = v1["resources"].as_array().unwrap().iter().find(|r| r["name"] == "configmaps").unwrap().clone();
+    assert_eq!(cm, json!({"name": "configmaps", "singularName": "configmap", "namespaced": true, "kind": "ConfigMap", "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"], "shortNames": ["cm"]}));
+    assert!(v1["resources"].as_array().unwrap().iter().any(|r| r["name"] == "pods/status"));
+    let r = client().get(format!("{}/apis", s.url)).header("accept", "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json").send().await.unwrap();
+    assert_eq!(r.headers()["content-type"], "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList");
+    let agg: Value = r.json().await.unwrap();
+    let apps = agg["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "apps").unwrap();
+    let deploy = apps["versions"][0]["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "deployments").unwrap();
+    assert_eq!((&deploy["scope"], &deploy["responseKind"]["kind"], &deploy["subresources"][0]["subresource"]), (&json!("Namespaced"), &json!("Deployment"), &json!("status")));
+    let (_, version) = s.get("/version").await;
+    assert!(version["major"].as_str().unwrap().parse::<u32>().is_ok() && version["minor"].as_str().unwrap().parse::<u32>().is_ok());
+}
+
+#[tokio::test]
+async fn per_kind_field_selectors_on_list_and_watch() {
+    let (_etcd, s) = setup().await;
+    let pod = |name: &str, node: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}});
+    let (_, first) = s.post("/api/v1/namespaces/demo/pods", &pod("a", "n1")).await;
+    s.post("/api/v1/namespaces/demo/pods", &pod("b", "n2")).await;
+    let (_, on_n1) = s.get("/api/v1/pods?fieldSelector=spec.nodeName%3Dn1").await;
+    assert_eq!(on_n1["items"].as_array().unwrap().iter().map(|p| p["metadata"]["name"].as_str().unwrap()).collect::<Vec<_>>(), ["a"]);
+    let (_, pending) = s.get("/api/v1/pods?fieldSelector=status.phase%3DPending,spec.nodeName!%3Dn1").await;
+    assert_eq!(pending["items"].as_array().unwrap().len(), 1);
+    let mut w = s.watch(&format!("/api/v1/namespaces/demo/pods?watch=1&resourceVersion={}&fieldSelector=spec.nodeName%3Dn3", rv(&first))).await;
+    s.post("/api/v1/namespaces/demo/pods", &pod("c", "n3")).await;
+    let e = w.next_change(T).await.unwrap();
+    assert_eq!((e["type"].as_str(), e["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("c")));
+    let (code, st) = s.get("/api/v1/pods?fieldSelector=spec.unknown%3Dx").await;
+    assert_eq!((code, st["message"].as_str()), (400, Some("field label not supported: spec.unknown")));
+}

@@ -98,6 +98,8 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         compaction_interval: None,
         bookmark_interval: Duration::from_millis(500),
         namespace_sweep: Duration::from_millis(200),
+        max_requests_inflight: 400,
+        max_mutating_inflight: 200,
     }
 }
 
