@@ -135,6 +135,8 @@ async fn bad_input_gets_upstream_status() {
         ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"Bad_Name"}}"#.to_vec(), 422, "Invalid"),
         ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","labels":{"a":"b c"}}}"#.to_vec(), 422, "Invalid"),
         ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{}}"#.to_vec(), 422, "Invalid"),
+        ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"},"data":5}"#.to_vec(), 400, "BadRequest"),
+        ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","labels":{"a":1}}}"#.to_vec(), 400, "BadRequest"),
         ("POST", CM.to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x","namespace":"other"}}"#.to_vec(), 400, "BadRequest"),
         ("POST", "/api/v1/namespaces/missing/configmaps".to_string(), "application/json", br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}"#.to_vec(), 404, "NotFound"),
         ("POST", CM.to_string(), "application/vnd.kubernetes.protobuf", b"k8s\0\xff".to_vec(), 400, "BadRequest"),
@@ -414,6 +416,10 @@ async fn field_validation_drops_warns_or_refuses_unknown_fields() {
     assert_eq!(patched["data"]["k"], "w");
     let (code, _) = s.post(&format!("{CM}?fieldValidation=Loose"), &configmap("x", json!({}))).await;
     assert_eq!(code, 400);
+    // A patch that gives a field the wrong type is refused and changes nothing.
+    let (code, st) = s.send("PATCH", &format!("{CM}/fv"), "application/merge-patch+json", r#"{"data":{"k":[1]}}"#).await;
+    assert_eq!((code, st["reason"].as_str()), (400, Some("BadRequest")), "{st}");
+    assert_eq!(s.get(&format!("{CM}/fv")).await.1["data"]["k"], "w");
     // The OpenAPI documents kubectl reads.
     let (code, index) = s.get("/openapi/v3").await;
     assert_eq!(code, 200);

@@ -240,16 +240,64 @@ impl FieldValidation {
     }
 }
 
-fn resolve(s: &Value) -> &Value {
+const QUANTITY: &str = "io.k8s.apimachinery.pkg.api.resource.Quantity";
+
+/// Follows a `$ref` (or a single `allOf` ref); returns the schema and its name when it had one.
+fn resolve(s: &Value) -> (&Value, Option<&'static str>) {
     let target = s.get("$ref").or_else(|| s.get("allOf").and_then(|a| a.get(0)).and_then(|x| x.get("$ref")));
-    match target.and_then(Value::as_str).and_then(|r| r.strip_prefix("#/components/schemas/")).and_then(|n| SCHEMAS.get(n)) {
-        Some(t) => t,
-        None => s,
+    match target.and_then(Value::as_str).and_then(|r| r.strip_prefix("#/components/schemas/")).and_then(|n| SCHEMAS.get_key_value(n)) {
+        Some((name, t)) => (t, Some(name.as_str())),
+        None => (s, None),
     }
 }
 
-fn walk(schema: &Value, v: &mut Value, path: &str, unknown: &mut Vec<String>) {
-    let schema = resolve(schema);
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// Whether `v` has the JSON type `schema` asks for (null always fits: Go leaves the zero value).
+fn type_fits(schema: &Value, name: Option<&str>, v: &Value) -> Result<(), &'static str> {
+    if v.is_null() {
+        return Ok(());
+    }
+    if name == Some(QUANTITY) {
+        return if v.is_string() || v.is_number() { Ok(()) } else { Err("resource.Quantity") };
+    }
+    if schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        return if v.is_string() || v.is_i64() || v.is_u64() { Ok(()) } else { Err("intstr.IntOrString") };
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") if !v.is_string() => Err("string"),
+        Some("integer") if !(v.is_i64() || v.is_u64()) => Err("integer"),
+        Some("number") if !v.is_number() => Err("number"),
+        Some("boolean") if !v.is_boolean() => Err("bool"),
+        Some("object") if !v.is_object() => Err("object"),
+        Some("array") if !v.is_array() => Err("array"),
+        _ => Ok(()),
+    }
+}
+
+/// What a walk of an object against its schema found.
+#[derive(Default)]
+struct Findings {
+    unknown: Vec<String>,
+    /// (path, JSON type found, type expected)
+    mistyped: Vec<(String, &'static str, &'static str)>,
+}
+
+fn walk(schema: &Value, v: &mut Value, path: &str, found: &mut Findings) {
+    let (schema, name) = resolve(schema);
+    if let Err(expected) = type_fits(schema, name, v) {
+        found.mistyped.push((path.to_owned(), json_type(v), expected));
+        return;
+    }
     match v {
         Value::Object(map) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
@@ -257,16 +305,16 @@ fn walk(schema: &Value, v: &mut Value, path: &str, unknown: &mut Vec<String>) {
                 for k in keys {
                     let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
                     match props.get(&k) {
-                        Some(ps) => walk(ps, map.get_mut(&k).expect("key"), &p, unknown),
+                        Some(ps) => walk(ps, map.get_mut(&k).expect("key"), &p, found),
                         None => {
-                            unknown.push(p);
+                            found.unknown.push(p);
                             map.remove(&k);
                         }
                     }
                 }
             } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
                 for (k, item) in map.iter_mut() {
-                    walk(ap, item, &format!("{path}.{k}"), unknown);
+                    walk(ap, item, &format!("{path}.{k}"), found);
                 }
             }
             // No properties and no additionalProperties: opaque (RawExtension, FieldsV1).
@@ -274,7 +322,7 @@ fn walk(schema: &Value, v: &mut Value, path: &str, unknown: &mut Vec<String>) {
         Value::Array(items) => {
             if let Some(is) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
-                    walk(is, item, &format!("{path}[{i}]"), unknown);
+                    walk(is, item, &format!("{path}[{i}]"), found);
                 }
             }
         }
@@ -282,17 +330,26 @@ fn walk(schema: &Value, v: &mut Value, path: &str, unknown: &mut Vec<String>) {
     }
 }
 
-/// Removes the fields of `obj` that the kind's schema does not know (as decoding into the typed
-/// object does upstream) and returns their paths; with `Strict`, refuses instead.
+/// Decodes `obj` as the typed object would be decoded upstream: a value of the wrong JSON type is
+/// a 400 (`cannot unmarshal … into Go struct field …`); fields the schema does not know are
+/// dropped and their paths returned for `Warn`, or refused with `Strict`.
 pub fn drop_unknown_fields(info: &ResourceInfo, obj: &mut Value, mode: FieldValidation) -> Result<Vec<String>, ApiError> {
     let Some(name) = schema_name(info.group, info.version, info.kind) else { return Ok(vec![]) };
-    let mut unknown = Vec::new();
-    walk(&SCHEMAS[name], obj, "", &mut unknown);
-    if mode == FieldValidation::Strict && !unknown.is_empty() {
-        let list: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
+    let mut found = Findings::default();
+    walk(&SCHEMAS[name], obj, "", &mut found);
+    if let Some((path, got, expected)) = found.mistyped.first() {
+        let field = if path.is_empty() { String::new() } else { format!(" field {}.{path}", info.kind) };
+        return Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {kind}: json: cannot unmarshal {got} into Go struct{field} of type {expected}",
+            kind = info.kind,
+            version = info.version
+        )));
+    }
+    if mode == FieldValidation::Strict && !found.unknown.is_empty() {
+        let list: Vec<String> = found.unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
         return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
     }
-    Ok(if mode == FieldValidation::Warn { unknown } else { vec![] })
+    Ok(if mode == FieldValidation::Warn { found.unknown } else { vec![] })
 }
 
 #[cfg(test)]
@@ -340,5 +397,22 @@ mod tests {
         assert_eq!(warned, ["metadata.bogus", "spec.template.spec.containers[0].wat", "spec.unknownField", "status.conditions[0].nope"]);
         assert_eq!(obj["spec"], json!({"template": {"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}}]}}}));
         assert_eq!(obj["metadata"]["labels"], json!({"a": "b"}));
+    }
+
+    #[test]
+    fn values_of_the_wrong_type_are_refused_like_go_decoding() {
+        let all = builtin_resources();
+        let cm = find(&all, "", "v1", "configmaps").unwrap();
+        for bad in [json!({"data": 5}), json!({"data": {"k": 1}}), json!({"metadata": "x"}), json!({"metadata": {"labels": {"a": true}}}), json!({"immutable": "yes"})] {
+            let e = drop_unknown_fields(cm, &mut bad.clone(), FieldValidation::Ignore).unwrap_err();
+            assert_eq!(e.code, 400, "{bad}");
+            assert!(e.message.starts_with("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal"), "{}", e.message);
+        }
+        let deploy = find(&all, "apps", "v1", "deployments").unwrap();
+        let ok = json!({"spec": {"replicas": null, "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}},
+            "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": 1, "memory": "1Gi"}}}]}}}});
+        assert!(drop_unknown_fields(deploy, &mut ok.clone(), FieldValidation::Strict).is_ok());
+        let e = drop_unknown_fields(deploy, &mut json!({"spec": {"replicas": "3"}}), FieldValidation::Ignore).unwrap_err();
+        assert_eq!(e.message, "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field Deployment.spec.replicas of type integer");
     }
 }

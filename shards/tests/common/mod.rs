@@ -36,8 +36,19 @@ fn etcd_binary() -> PathBuf {
 }
 
 impl Etcd {
-    /// Starts etcd and waits until it answers.
+    /// Starts etcd and waits until it answers. Free ports are found by binding port 0 and
+    /// releasing it, so a parallel test can take the same port first: when etcd exits at start,
+    /// it is started again on fresh ports.
     pub async fn start() -> Self {
+        for _attempt in 0..5 {
+            if let Some(etcd) = Self::try_start().await {
+                return etcd;
+            }
+        }
+        panic!("etcd did not start in 5 attempts");
+    }
+
+    async fn try_start() -> Option<Self> {
         let base = if PathBuf::from("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
         let dir = base.join(format!("shardplane-etcd-{}", uuid::Uuid::new_v4()));
         let (client, peer) = (free_port(), free_port());
@@ -52,15 +63,18 @@ impl Etcd {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn etcd");
-        let etcd = Self { child, dir, endpoint };
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut etcd = Self { child, dir, endpoint };
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
+            if etcd.child.try_wait().ok().flatten().is_some() {
+                return None; // exited: most likely a port taken meanwhile; Drop cleans up
+            }
             if let Ok(s) = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await {
                 if s.current_revision().await.is_ok() {
-                    return etcd;
+                    return Some(etcd);
                 }
             }
-            assert!(Instant::now() < deadline, "etcd did not start");
+            assert!(Instant::now() < deadline, "etcd did not answer within 30 s");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
