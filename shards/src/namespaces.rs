@@ -1,6 +1,10 @@
 //! Namespace lifecycle: when a namespace is Terminating, every shard deletes its own objects in
 //! it; the shard that owns the namespace key removes the `kubernetes` finalizer once etcd holds
 //! no object of the namespace on any shard, and then the namespace itself.
+//!
+//! Every shard follows all namespace keys with one etcd watch but keeps only the *names* of
+//! Terminating namespaces, so its memory grows with namespaces being deleted, not with all
+//! namespaces, and no shard polls etcd.
 
 use crate::handlers;
 use crate::path::Target;
@@ -9,44 +13,92 @@ use axum::http::HeaderMap;
 use serde_json::Value;
 use shardplane_keyspace::{etcd_layout, HashRange};
 use shardplane_watchcache::Filter;
-use std::sync::Arc;
+use shardplane_storage::WatchItem;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::Instrument;
 
-/// Runs until shutdown, checking every `period`.
+/// Runs until shutdown: follows namespace keys and, every `period` while any namespace is
+/// Terminating, cleans up.
 pub async fn run(shard: Arc<Shard>, period: Duration) {
+    let terminating = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
+    tokio::spawn(follow(shard.clone(), terminating.clone()));
     let mut tick = tokio::time::interval(period);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shard.shutdown.cancelled() => return,
         }
-        if let Err(e) = sweep(&shard).await {
-            tracing::warn!(error = %e, "namespace sweep failed");
+        let pending: Vec<(String, u64)> = terminating.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for (name, mod_revision) in pending {
+            let span = tracing::info_span!("namespace_cleanup", namespace = %name, shard = %shard.id);
+            if let Err(e) = cleanup(&shard, &name, mod_revision).instrument(span).await {
+                tracing::warn!(namespace = %name, error = %e, "namespace cleanup failed; retrying");
+            }
         }
     }
 }
 
-async fn sweep(shard: &Shard) -> Result<(), String> {
-    let ns_info = shard.resources.iter().find(|r| r.plural == "namespaces" && r.group.is_empty()).expect("namespaces served").clone();
+/// Keeps `terminating` equal to the Terminating namespaces in etcd (name → mod_revision).
+async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>>) {
     let (start, end) = etcd_layout::range_keys("", "namespaces", HashRange::FULL);
-    let (kvs, _) = shard.storage.list_range(&start, &end, 0).await.map_err(|e| e.to_string())?;
-    for kv in kvs {
-        let ns: Value = serde_json::from_slice(&kv.value).map_err(|e| e.to_string())?;
-        if ns.pointer("/status/phase").and_then(Value::as_str) != Some("Terminating") {
-            continue;
-        }
+    let note = |value: &[u8], rev: u64, set: &mut BTreeMap<String, u64>| {
+        let Ok(ns) = serde_json::from_slice::<Value>(value) else { return };
         let name = ns.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
-        let span = tracing::info_span!("namespace_cleanup", namespace = %name, shard = %shard.id);
-        async {
-            delete_own_objects(shard, &name).await;
-            if shard.owned_key(&ns_info, "", &name).is_ok() && namespace_empty(shard, &name).await? {
-                finalize(shard, &ns_info, &name, kv.mod_revision).await;
-            }
-            Ok::<(), String>(())
+        if ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
+            set.insert(name, rev);
+        } else {
+            set.remove(&name);
         }
-        .instrument(span)
-        .await?;
+    };
+    while !shard.shutdown.is_cancelled() {
+        let result: Result<(), shardplane_storage::StorageError> = async {
+            let (kvs, rev) = shard.storage.list_range(&start, &end, 0).await?;
+            {
+                let mut set = terminating.lock().unwrap_or_else(|p| p.into_inner());
+                set.clear();
+                for kv in &kvs {
+                    note(&kv.value, kv.mod_revision, &mut set);
+                }
+            }
+            let mut watch = shard.storage.watch_range(&start, &end, rev).await?;
+            loop {
+                let item = tokio::select! {
+                    i = watch.next() => i?,
+                    _ = shard.shutdown.cancelled() => return Ok(()),
+                };
+                match item {
+                    Some(WatchItem::Events(events)) => {
+                        let mut set = terminating.lock().unwrap_or_else(|p| p.into_inner());
+                        for e in events {
+                            match (e.deleted, etcd_layout::parse_object_key("", "namespaces", &e.kv.key)) {
+                                (true, Some((_, _, name))) => {
+                                    set.remove(name);
+                                }
+                                (false, _) => note(&e.kv.value, e.revision, &mut set),
+                                _ => {}
+                            }
+                        }
+                    }
+                    Some(WatchItem::Progress(_)) => {}
+                    None => return Err(shardplane_storage::StorageError::Etcd("namespace watch ended".into())),
+                }
+            }
+        }
+        .await;
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "namespace follower lost etcd; relisting");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+async fn cleanup(shard: &Shard, name: &str, mod_revision: u64) -> Result<(), String> {
+    let ns_info = shard.resources.iter().find(|r| r.plural == "namespaces" && r.group.is_empty()).expect("namespaces served").clone();
+    delete_own_objects(shard, name).await;
+    if shard.owned_key(&ns_info, "", name).is_ok() && namespace_empty(shard, name).await? {
+        finalize(shard, &ns_info, name, mod_revision).await;
     }
     Ok(())
 }

@@ -382,6 +382,16 @@ async fn two_shards_on_halves_serve_disjoint_sets_whose_union_is_everything() {
     assert_eq!(before, union.len(), "no object on both shards");
     names.sort();
     assert_eq!(union, names);
+
+    // Deleting the namespace on its owner empties it on both shards, then removes it.
+    let ns_owner = owner("", "demo", "namespaces");
+    let (code, ns) = ns_owner.delete("/api/v1/namespaces/demo", None).await;
+    assert_eq!((code, ns["status"]["phase"].as_str()), (200, Some("Terminating")));
+    wait_for(Duration::from_secs(20), || async { ns_owner.get("/api/v1/namespaces/demo").await.0 == 404 }).await;
+    for shard in [&a, &b] {
+        let (_, left) = shard.get(CM).await;
+        assert_eq!(left["items"], json!([]));
+    }
 }
 
 #[tokio::test]
