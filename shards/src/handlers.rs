@@ -146,7 +146,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
         CacheError::TooOld { .. } if continuing => {
             // Offer an inconsistent continuation from the same key, as upstream does.
             let c = o.continue_token.as_ref().expect("continuing");
-            let token = ContinueToken { rv: None, after: c.after.clone() }.encode();
+            let token = ContinueToken { rv: None, after: c.after.clone(), epoch: None }.encode();
             ApiError::expired(
                 "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
                 Some(token),
@@ -156,7 +156,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
     })?;
     let token = page.continue_after.as_ref().map(|k| {
         let (ns, name) = k.split_once('\0').unwrap_or(("", k));
-        ContinueToken { rv: Some(page.rv), after: (ns.to_owned(), name.to_owned()) }.encode()
+        ContinueToken { rv: Some(page.rv), after: (ns.to_owned(), name.to_owned()), epoch: None }.encode()
     });
     let mut meta = json!({"resourceVersion": page.rv.to_string()});
     if let Some(c) = token {

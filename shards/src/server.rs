@@ -188,6 +188,14 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         _ => {}
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if *method == Method::POST && segs.as_slice() == ["shardplane", "v1", "progress"] {
+        // A router asks for a progress mark; it arrives in-band on progressBookmarks watches.
+        let group = handlers::form_value(query, "group").unwrap_or_default();
+        let resource = handlers::form_value(query, "resource").unwrap_or_default();
+        let info = shard.resources.iter().find(|r| r.group == group && r.plural == resource).ok_or_else(ApiError::path_not_found)?;
+        shard.served(info).cache.progress_wanted().notify_one();
+        return Ok(text(StatusCode::ACCEPTED, "progress requested"));
+    }
     if get {
         use shardplane_apimachinery::openapi;
         match segs.as_slice() {

@@ -96,6 +96,7 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
     let timeout = Duration::from_secs(o.timeout_seconds.unwrap_or_else(|| 1800 + rand_secs(1800)));
     let send_initial_end = matches!(start, WatchStart::InitialEvents(_)) && o.allow_bookmarks;
     let bookmarks = o.allow_bookmarks;
+    let eager = o.allow_bookmarks && o.eager_progress;
     let interval = shard.bookmark_interval;
     let shutdown = shard.shutdown.clone();
     let metrics = shard.metrics.clone();
@@ -131,7 +132,11 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
                         }
                         WatchMsg::Progress(rv) => {
                             last_rv = last_rv.max(rv);
-                            continue;
+                            if !eager || initial_left > 0 || last_rv <= bookmarked {
+                                continue;
+                            }
+                            bookmarked = last_rv;
+                            bookmark(&info, last_rv, false)
                         }
                     };
                     if tx.send(line).await.is_err() {

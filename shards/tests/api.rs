@@ -628,3 +628,26 @@ async fn per_kind_field_selectors_on_list_and_watch() {
     let (code, st) = s.get("/api/v1/pods?fieldSelector=spec.unknown%3Dx").await;
     assert_eq!((code, st["message"].as_str()), (400, Some("field label not supported: spec.unknown")));
 }
+
+#[tokio::test]
+async fn progress_marks_on_demand_arrive_in_band_for_routers() {
+    let etcd = Etcd::start().await;
+    let mut cfg = test_config(&etcd, RangeSet::full());
+    cfg.bookmark_interval = Duration::from_secs(3600); // periodic bookmarks cannot explain what follows
+    let s = TestShard::start(cfg).await;
+    s.namespace("demo").await;
+    let (_, cm) = s.post(CM, &configmap("a", json!({}))).await;
+    let mut w = s.watch(&format!("{CM}?watch=1&resourceVersion={}&allowWatchBookmarks=true&progressBookmarks=always", rv(&cm))).await;
+    // A write to another resource moves the revision; the configmaps stream is idle.
+    let (_, other) = s.post("/api/v1/namespaces/demo/secrets", &json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}})).await;
+    let (code, _) = s.send("POST", "/shardplane/v1/progress?group=&resource=configmaps", "application/json", "").await;
+    assert_eq!(code, 202);
+    let bm = w.next(T).await.expect("an in-band progress bookmark");
+    assert_eq!(bm["type"], "BOOKMARK");
+    assert!(rv(&bm["object"]) >= rv(&other), "{bm}");
+    // Events still come first and in order; a later mark covers them.
+    let (_, b) = s.post(CM, &configmap("b", json!({}))).await;
+    let e = w.next(T).await.unwrap();
+    assert_eq!((e["type"].as_str(), rv(&e["object"])), (Some("ADDED"), rv(&b)));
+    assert_eq!(s.send("POST", "/shardplane/v1/progress?group=&resource=nothings", "application/json", "").await.0, 404);
+}

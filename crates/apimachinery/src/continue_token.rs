@@ -1,6 +1,7 @@
 //! Continue tokens in upstream's format: `base64url(JSON{"v":"meta.k8s.io/v1","rv":N,"start":K})`,
 //! where `K` is the last returned key followed by `\0`. Our keys are `namespace/name` (cluster-scoped
-//! objects: `/name`), which sorts like the (namespace, name) order of every list.
+//! objects: `/name`), which sorts like the (namespace, name) order of every list. A router adds
+//! the range-map epoch its pages were read under (`"epoch"`); shards ignore it.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -11,6 +12,8 @@ struct Wire {
     v: String,
     rv: i64,
     start: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    epoch: Option<u64>,
 }
 
 /// A decoded continue token.
@@ -20,6 +23,8 @@ pub struct ContinueToken {
     pub rv: Option<u64>,
     /// Resume strictly after this (namespace, name).
     pub after: (String, String),
+    /// The range-map epoch of a router's pages (None from a shard).
+    pub epoch: Option<u64>,
 }
 
 impl ContinueToken {
@@ -27,7 +32,7 @@ impl ContinueToken {
     pub fn encode(&self) -> String {
         let start = format!("{}/{}\0", self.after.0, self.after.1);
         let rv = self.rv.map_or(-1, |r| r as i64);
-        URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Wire { v: "meta.k8s.io/v1".into(), rv, start }).expect("token serializes"))
+        URL_SAFE_NO_PAD.encode(serde_json::to_vec(&Wire { v: "meta.k8s.io/v1".into(), rv, start, epoch: self.epoch }).expect("token serializes"))
     }
 
     /// Decodes a token; the error text follows `invalid continue token: `.
@@ -47,7 +52,7 @@ impl ContinueToken {
             return Err("invalid continue token: continue key is not valid".into());
         }
         let (ns, name) = key.split_once('/').ok_or_else(|| "invalid continue token: continue key is not valid".to_owned())?;
-        Ok(Self { rv, after: (ns.to_owned(), name.to_owned()) })
+        Ok(Self { rv, after: (ns.to_owned(), name.to_owned()), epoch: w.epoch })
     }
 }
 
@@ -58,8 +63,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn round_trips(rv in proptest::option::of(1u64..i64::MAX as u64), ns in "[a-z0-9-]{0,20}", name in "[a-z0-9]([a-z0-9.-]{0,28}[a-z0-9])?") {
-            let t = ContinueToken { rv, after: (ns, name) };
+        fn round_trips(rv in proptest::option::of(1u64..i64::MAX as u64), ns in "[a-z0-9-]{0,20}", name in "[a-z0-9]([a-z0-9.-]{0,28}[a-z0-9])?", epoch in proptest::option::of(any::<u64>())) {
+            let t = ContinueToken { rv, after: (ns, name), epoch };
             prop_assert_eq!(ContinueToken::decode(&t.encode()).unwrap(), t);
         }
 

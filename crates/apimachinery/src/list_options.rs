@@ -55,8 +55,9 @@ pub struct ListOptions {
     pub allow_bookmarks: bool,
     pub timeout_seconds: Option<u64>,
     pub send_initial_events: Option<bool>,
-    /// `includeObject` etc. are ignored; `pretty` too.
-    pub dry_run: bool,
+    /// `progressBookmarks=always` (shardplane, for routers): send a BOOKMARK as soon as the
+    /// synced revision advances, in-band after the events it covers. Needs allowWatchBookmarks.
+    pub eager_progress: bool,
 }
 
 /// Go's `strconv.ParseBool`.
@@ -123,6 +124,7 @@ impl ListOptions {
                 "watch" => o.watch = parse_bool("watch", &v)?,
                 "allowWatchBookmarks" => o.allow_bookmarks = parse_bool("allowWatchBookmarks", &v)?,
                 "sendInitialEvents" => o.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?),
+                "progressBookmarks" => o.eager_progress = v == "always",
                 "timeoutSeconds" => {
                     let n: i64 = v.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: strconv.ParseInt: parsing {v:?}: invalid syntax")))?;
                     o.timeout_seconds = (n > 0).then_some(n as u64);
@@ -235,7 +237,7 @@ mod tests {
         assert_eq!(parse("resourceVersion=7&limit=5").unwrap().list_semantics(), ListSemantics::Exact(7));
         assert_eq!(parse("resourceVersion=7&resourceVersionMatch=Exact").unwrap().list_semantics(), ListSemantics::Exact(7));
         assert_eq!(parse("resourceVersion=0&resourceVersionMatch=NotOlderThan").unwrap().list_semantics(), ListSemantics::Any);
-        let tok = ContinueToken { rv: Some(9), after: ("a".into(), "b".into()) }.encode();
+        let tok = ContinueToken { rv: Some(9), after: ("a".into(), "b".into()), epoch: None }.encode();
         assert_eq!(parse(&format!("continue={tok}")).unwrap().list_semantics(), ListSemantics::Exact(9));
         assert_eq!(parse(&format!("continue={tok}&resourceVersion=0")).unwrap().list_semantics(), ListSemantics::Exact(9));
         assert_eq!(parse(&format!("continue={tok}&resourceVersion=5")).unwrap_err().code, 400);
