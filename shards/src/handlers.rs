@@ -3,7 +3,7 @@
 //! cache through the watch.
 
 use crate::body;
-use crate::path::Target;
+use shardplane_apimachinery::request_path::Target;
 use crate::table::{self, IncludeObject, Representation};
 use crate::shard::Shard;
 use axum::body::Body;

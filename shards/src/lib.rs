@@ -13,7 +13,6 @@ pub mod discovery;
 pub mod handlers;
 pub mod metrics;
 pub mod namespaces;
-pub mod path;
 pub mod server;
 pub mod shard;
 pub mod table;

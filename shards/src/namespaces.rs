@@ -7,7 +7,7 @@
 //! namespaces, and no shard polls etcd.
 
 use crate::handlers;
-use crate::path::Target;
+use shardplane_apimachinery::request_path::Target;
 use crate::shard::Shard;
 use axum::http::HeaderMap;
 use serde_json::Value;

@@ -3,7 +3,7 @@
 use crate::body;
 use crate::discovery;
 use crate::handlers;
-use crate::path;
+use shardplane_apimachinery::request_path as path;
 use crate::shard::Shard;
 use crate::table::{self, Representation};
 use crate::watch;
@@ -195,6 +195,11 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         let info = shard.resources.iter().find(|r| r.group == group && r.plural == resource).ok_or_else(ApiError::path_not_found)?;
         shard.served(info).cache.progress_wanted().notify_one();
         return Ok(text(StatusCode::ACCEPTED, "progress requested"));
+    }
+    if get && segs.as_slice() == ["shardplane", "v1", "revision"] {
+        // etcd's current revision: the R a router reads every shard at for one merged LIST.
+        let rev = shard.storage.current_revision().await.map_err(|e| ApiError::unavailable(format!("storage is unavailable: {e}")))?;
+        return json_ok(serde_json::json!({"revision": rev.to_string()}));
     }
     if get {
         use shardplane_apimachinery::openapi;

@@ -3,7 +3,7 @@
 
 use crate::handlers::{filter, View, WAIT};
 use crate::table::{self, Representation};
-use crate::path::Target;
+use shardplane_apimachinery::request_path::Target;
 use crate::shard::Shard;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};

@@ -16,6 +16,7 @@ pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod request_path;
 pub mod resources;
 pub mod selectors;
 pub mod status;

@@ -28,9 +28,16 @@ fn etcd_binary() -> PathBuf {
     if let Ok(p) = std::env::var("SHARDPLANE_ETCD") {
         return p.into();
     }
-    let local = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.tools/etcd/usr/bin/etcd");
-    if local.exists() {
-        return local;
+    // .tools/ sits at the workspace root, above whichever crate runs the tests.
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    loop {
+        let local = dir.join(".tools/etcd/usr/bin/etcd");
+        if local.exists() {
+            return local;
+        }
+        if !dir.pop() {
+            break;
+        }
     }
     panic!("etcd 3.5 not found: run deploy/local/install-deps.sh (or set SHARDPLANE_ETCD)");
 }
@@ -134,6 +141,11 @@ impl TestShard {
         let s = Self { url: format!("http://{addr}"), addr, shutdown };
         wait_for(Duration::from_secs(20), || async { client().get(format!("{}/readyz", s.url)).send().await.is_ok_and(|r| r.status() == 200) }).await;
         s
+    }
+
+    /// A handle on a server started elsewhere (a router), driven through the same helpers.
+    pub fn attach(url: String, addr: SocketAddr) -> Self {
+        Self { url, addr, shutdown: CancellationToken::new() }
     }
 
     /// GET returning (status, JSON body).

@@ -1,6 +1,7 @@
-//! Request paths to resources: `/api/v1/...` and `/apis/{group}/{version}/...`.
+//! Request paths to resources: `/api/v1/...` and `/apis/{group}/{version}/...`, read the same
+//! way by shards and routers.
 
-use shardplane_apimachinery::resources::ResourceInfo;
+use crate::resources::ResourceInfo;
 use std::sync::Arc;
 
 /// What a resource path names.
@@ -53,7 +54,7 @@ pub fn parse(path: &str, resources: &[Arc<ResourceInfo>]) -> Option<Target> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardplane_apimachinery::resources::builtin_resources;
+    use crate::resources::builtin_resources;
 
     #[test]
     fn paths() {

@@ -1,0 +1,17 @@
+//! # shardplane-router
+//!
+//! Owns the HTTP front of a sharded cluster: it parses a request, sends single-object verbs to
+//! the owner of the key's hash, fans LIST and WATCH out to every shard and merges the answers
+//! with the coordinator crate, and streams the result back, so every client sees one
+//! kube-apiserver.
+//!
+//! It must stay thin: no cache, no storage, no merge logic of its own (that is
+//! `shardplane-coordinator`'s), and it must never present a partial LIST as whole or a watch with
+//! a gap: a shard that fails turns into a 503 Status or the clean end of a watch.
+
+mod forward;
+mod list;
+mod server;
+mod watch;
+
+pub use server::{serve, RouterConfig};

@@ -1,0 +1,145 @@
+//! The router's HTTP surface: discovery and OpenAPI from a shard, single-object verbs to the
+//! owner, LIST and WATCH merged, deletecollection on every shard.
+
+use crate::forward::{passthrough, Shards};
+use crate::{list, watch};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, Response, StatusCode};
+use axum::Router;
+use bytes::Bytes;
+use serde_json::Value;
+use shardplane_apimachinery::list_options::ListOptions;
+use shardplane_apimachinery::meta;
+use shardplane_apimachinery::resources::builtin_resources;
+use shardplane_apimachinery::{request_path, ApiError};
+use shardplane_coordinator::range_map::RangeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// What a router needs to start.
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    pub listen: SocketAddr,
+    /// Shard base URLs; shard i owns the i-th of K equal ranges (epoch 0).
+    pub shard_urls: Vec<String>,
+}
+
+/// Serves until `shutdown`; calls `on_listen` with the bound address.
+pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+    if config.shard_urls.is_empty() {
+        return Err(std::io::Error::other("no shards: pass --shard-urls"));
+    }
+    let shards = Arc::new(Shards {
+        map: RangeMap::even(0, config.shard_urls.iter().map(|u| u.trim_end_matches('/').to_owned()).collect()),
+        http: reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?,
+        resources: builtin_resources().into_iter().map(Arc::new).collect(),
+    });
+    let app = Router::new().fallback(dispatch).with_state(shards);
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    on_listen(listener.local_addr()?);
+    tracing::info!(addr = %listener.local_addr()?, shards = config.shard_urls.len(), "router serving");
+    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+}
+
+fn error(e: &ApiError) -> Response<Body> {
+    let mut r = Response::new(Body::from(e.to_json()));
+    *r.status_mut() = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+async fn dispatch(State(shards): State<Arc<Shards>>, req: Request) -> Response<Body> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let span = tracing::info_span!("route", %method, %path);
+    async move {
+        let (parts, body) = req.into_parts();
+        let body = match axum::body::to_bytes(body, 3 * 1024 * 1024 + 1).await {
+            Ok(b) if b.len() <= 3 * 1024 * 1024 => b,
+            _ => return error(&ApiError::too_large(3 * 1024 * 1024)),
+        };
+        match route(&shards, &method, &path, &query, &parts.headers, body).await {
+            Ok(r) => r,
+            Err(e) => error(&e),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, headers: &axum::http::HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
+    let pq = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
+    match path.trim_end_matches('/') {
+        "/healthz" | "/livez" => return Ok(Response::new(Body::from("ok"))),
+        "/readyz" => {
+            for u in shards.urls() {
+                let ok = shards.http.get(format!("{u}/readyz")).send().await.is_ok_and(|r| r.status().is_success());
+                if !ok {
+                    let mut r = Response::new(Body::from(format!("[-]shard {u} not ready\nreadyz check failed")));
+                    *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+                    return Ok(r);
+                }
+            }
+            return Ok(Response::new(Body::from("ok")));
+        }
+        _ => {}
+    }
+    let Some(t) = request_path::parse(path, &shards.resources) else {
+        // Discovery, OpenAPI and /version are the same on every shard.
+        return shards.forward(shards.urls()[0], method, &pq, headers, body).await;
+    };
+    let ns = t.namespace.clone().unwrap_or_default();
+    match (method, t.name.as_deref()) {
+        (&Method::GET, None) => {
+            let o = ListOptions::parse(query, &t.info)?;
+            if o.watch { watch::watch(shards.clone(), t, o, query, headers).await } else { list::list(shards, &t, &o, query, headers).await }
+        }
+        (&Method::POST, None) => {
+            // The name decides the shard: read it (or pick it for generateName) first.
+            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+            let mut obj: Value = if ct.starts_with(shardplane_apimachinery::protobuf::CONTENT_TYPE) {
+                shardplane_apimachinery::protobuf::decode(&body)?
+            } else {
+                serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?
+            };
+            if meta::meta_str(&obj, "name").is_empty() {
+                let prefix = meta::meta_str(&obj, "generateName").to_owned();
+                if !prefix.is_empty() {
+                    meta::metadata_mut(&mut obj).insert("name".into(), Value::String(meta::generate_name(&prefix)));
+                }
+            }
+            let name = meta::meta_str(&obj, "name").to_owned();
+            let owner = shards.owner(&t.info, &ns, &name).to_owned();
+            let mut json_headers = headers.clone();
+            json_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            shards.forward(&owner, method, &pq, &json_headers, Bytes::from(serde_json::to_vec(&obj).expect("json"))).await
+        }
+        (&Method::DELETE, None) => {
+            // Every shard deletes what it owns; the answer lists everything deleted.
+            let mut all = Vec::new();
+            let mut template: Option<Value> = None;
+            for u in shards.urls() {
+                let resp = shards.http.delete(format!("{u}{pq}")).body(body.clone()).header(header::CONTENT_TYPE, "application/json").send().await.map_err(|e| crate::forward::unavailable(u, &e))?;
+                let status = resp.status();
+                let v: Value = resp.json().await.unwrap_or(Value::Null);
+                if !status.is_success() {
+                    return Ok(passthrough(status, &v));
+                }
+                all.extend(v["items"].as_array().cloned().unwrap_or_default());
+                template.get_or_insert(v);
+            }
+            let mut out = template.unwrap_or(Value::Null);
+            out["items"] = Value::Array(all);
+            Ok(passthrough(StatusCode::OK, &out))
+        }
+        (_, Some(name)) => {
+            let owner = shards.owner(&t.info, &ns, name).to_owned();
+            shards.forward(&owner, method, &pq, headers, body).await
+        }
+        (m, None) => Err(ApiError::method_not_allowed(&m.as_str().to_ascii_lowercase(), t.info.group, t.info.plural)),
+    }
+}

@@ -1,0 +1,186 @@
+//! Merged WATCH (decision 6): one stream per shard from the same RV, each with in-band progress
+//! bookmarks; events released in RV order by the coordinator's merge; lagging shards asked for a
+//! mark on a side channel; a shard ERROR (410) or a broken shard stream ends the client's watch
+//! cleanly at the last RV delivered.
+
+use crate::forward::{passthrough, unavailable, Shards};
+use crate::list::{merged_page, passed_query, revision_and_start, target_path};
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use bytes::Bytes;
+use futures::StreamExt;
+use serde_json::{json, Value};
+use shardplane_apimachinery::list_options::{ListOptions, WatchStart};
+use shardplane_apimachinery::request_path::Target;
+use shardplane_apimachinery::ApiError;
+use shardplane_coordinator::watch_merge::{ShardInput, WatchMerge};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Events held back for a lagging shard before the client's watch is ended (it resumes).
+const HELD_BACK: usize = 10_000;
+/// How often lagging shards are asked for a progress mark while events wait.
+const PROGRESS_EVERY: Duration = Duration::from_millis(20);
+/// Bookmarks to clients that allow them.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
+
+enum Line {
+    Event(u64, Bytes),
+    Progress(u64),
+    Error(Bytes),
+}
+
+fn classify(line: &[u8]) -> Option<Line> {
+    let v: Value = serde_json::from_slice(line).ok()?;
+    let rv = || v.pointer("/object/metadata/resourceVersion").and_then(Value::as_str).and_then(|r| r.parse::<u64>().ok());
+    match v["type"].as_str()? {
+        "BOOKMARK" => Some(Line::Progress(rv()?)),
+        "ERROR" => Some(Line::Error(Bytes::copy_from_slice(line))),
+        _ => Some(Line::Event(rv()?, Bytes::copy_from_slice(line))),
+    }
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    let mut b = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("json");
+    b.push(b'\n');
+    Bytes::from(b)
+}
+
+fn bookmark(t: &Target, rv: u64, initial_end: bool) -> Bytes {
+    let mut meta = json!({"resourceVersion": rv.to_string()});
+    if initial_end {
+        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    event_line("BOOKMARK", &json!({"kind": t.info.kind, "apiVersion": t.info.api_version(), "metadata": meta}))
+}
+
+/// Serves a merged WATCH.
+pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
+    // Where every shard stream starts, and the initial state (read at that one revision).
+    let (start, initial): (u64, Option<Vec<Value>>) = match o.watch_start() {
+        WatchStart::After(rv) => (rv, None),
+        _ => {
+            let (rv, _) = revision_and_start(&shards, &ListOptions { continue_token: None, limit: None, ..o.clone() }).await?;
+            let mut json_only = headers.clone();
+            json_only.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
+            let list_query = passed_query(query, &["sendInitialEvents", "timeoutSeconds", "progressBookmarks"]);
+            match merged_page(&shards, &t, &list_query, &json_only, rv, None, None).await? {
+                Err(shard_error) => return Ok(shard_error),
+                Ok((body, _, _)) => (rv, Some(body["items"].as_array().cloned().unwrap_or_default())),
+            }
+        }
+    };
+    let path = target_path(&t);
+    let mut q = passed_query(query, &["sendInitialEvents", "progressBookmarks"]);
+    if !q.is_empty() {
+        q.push('&');
+    }
+    q.push_str(&format!("watch=1&resourceVersion={start}&allowWatchBookmarks=true&progressBookmarks=always"));
+    let mut streams = Vec::new();
+    for base in shards.urls() {
+        let mut req = shards.http.get(format!("{base}{path}?{q}"));
+        if let Some(a) = headers.get(header::ACCEPT) {
+            req = req.header(header::ACCEPT, a);
+        }
+        let resp = req.send().await.map_err(|e| unavailable(base, &e))?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let body: Value = resp.json().await.unwrap_or(Value::Null);
+            return Ok(passthrough(status, &body));
+        }
+        streams.push(resp);
+    }
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let (in_tx, mut in_rx) = mpsc::channel::<(usize, Option<Line>)>(1024);
+    for (i, resp) in streams.into_iter().enumerate() {
+        let in_tx = in_tx.clone();
+        tokio::spawn(async move {
+            let mut body = resp.bytes_stream();
+            let mut buf: Vec<u8> = Vec::new();
+            while let Some(Ok(chunk)) = body.next().await {
+                buf.extend_from_slice(&chunk);
+                while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=pos).collect();
+                    if let Some(l) = classify(&line) {
+                        if in_tx.send((i, Some(l))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = in_tx.send((i, None)).await;
+        });
+    }
+    drop(in_tx);
+    let k = shards.urls().len();
+    let urls: Vec<String> = shards.urls().into_iter().map(str::to_owned).collect();
+    let progress_path = format!("/shardplane/v1/progress?group={}&resource={}", t.info.group, t.info.plural);
+    let allow_bookmarks = o.allow_bookmarks;
+    let send_initial_end = matches!(o.watch_start(), WatchStart::InitialEvents(_)) && o.allow_bookmarks;
+    let http = shards.http.clone();
+    tokio::spawn(async move {
+        if let Some(items) = initial {
+            for item in &items {
+                if tx.send(event_line("ADDED", item)).await.is_err() {
+                    return;
+                }
+            }
+            if send_initial_end && tx.send(bookmark(&t, start, true)).await.is_err() {
+                return;
+            }
+        }
+        let mut merge: WatchMerge<Bytes> = WatchMerge::new(k, start, HELD_BACK);
+        let mut ask = tokio::time::interval(PROGRESS_EVERY);
+        let mut bookmarks = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
+        let mut bookmarked = start;
+        loop {
+            tokio::select! {
+                msg = in_rx.recv() => {
+                    let Some((shard, line)) = msg else { break };
+                    let input = match line {
+                        Some(Line::Event(rv, bytes)) => ShardInput::Event { rv, item: bytes },
+                        Some(Line::Progress(rv)) => ShardInput::Progress(rv),
+                        Some(Line::Error(bytes)) => {
+                            let _ = tx.send(bytes).await;
+                            break;
+                        }
+                        None => ShardInput::Closed,
+                    };
+                    if let Err(e) = merge.push(shard, input) {
+                        tracing::warn!(error = %e, "ending merged watch");
+                        break;
+                    }
+                    while let Some((_, line)) = merge.pop() {
+                        if tx.send(line).await.is_err() {
+                            return;
+                        }
+                    }
+                    if merge.finished() {
+                        break;
+                    }
+                }
+                _ = ask.tick() => {
+                    for shard in merge.lagging() {
+                        let _ = http.post(format!("{}{progress_path}", urls[shard])).send().await;
+                    }
+                }
+                _ = bookmarks.tick(), if allow_bookmarks => {
+                    if let Some(rv) = merge.bookmark().filter(|rv| *rv > bookmarked) {
+                        bookmarked = rv;
+                        if tx.send(bookmark(&t, rv, false)).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<Bytes, std::convert::Infallible>));
+    let mut r = Response::new(body);
+    *r.status_mut() = StatusCode::OK;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(r)
+}
