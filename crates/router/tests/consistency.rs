@@ -1,0 +1,157 @@
+//! I2 and I3 from outside, against etcd's own history: concurrent writers over three shards,
+//! concurrent watchers through the router (from the start, resuming mid-way, and with
+//! sendInitialEvents); every watcher's stream equals etcd's history of the watched set, and a
+//! LIST at revision R equals etcd's range read at R.
+
+#[path = "../../../shards/tests/common/mod.rs"]
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use shardplane_keyspace::{etcd_layout, HashRange, RangeSet};
+use shardplane_router::{serve, RouterConfig};
+use shardplane_storage::{Storage, WatchItem};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+const CM: &str = "/api/v1/namespaces/demo/configmaps";
+const T: Duration = Duration::from_secs(20);
+
+fn rv(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+}
+
+/// (type, name, rv) of every configmap change in etcd after `from`, up to `to`.
+async fn etcd_history(storage: &Storage, from: u64, to: u64) -> Vec<(String, String, u64)> {
+    let (start, end) = etcd_layout::range_keys("", "configmaps", HashRange::FULL);
+    let mut w = storage.watch_range(&start, &end, from).await.unwrap();
+    let mut out = Vec::new();
+    while out.last().is_none_or(|(_, _, r): &(String, String, u64)| *r < to) {
+        match tokio::time::timeout(T, w.next()).await.expect("etcd history in time").unwrap() {
+            Some(WatchItem::Events(evs)) => {
+                for e in evs {
+                    let (_, _, name) = etcd_layout::parse_object_key("", "configmaps", &e.kv.key).unwrap();
+                    let kind = if e.deleted { "DELETED" } else if e.kv.create_revision == e.kv.mod_revision { "ADDED" } else { "MODIFIED" };
+                    out.push((kind.to_owned(), name.to_owned(), e.revision));
+                }
+            }
+            Some(WatchItem::Progress(r)) if r >= to => break,
+            Some(WatchItem::Progress(_)) => {}
+            None => panic!("etcd watch ended"),
+        }
+    }
+    out
+}
+
+/// Reads a watcher until it has delivered every change up to `to`.
+async fn collect(w: &mut WatchReader, to: u64) -> Vec<(String, String, u64)> {
+    let mut out = Vec::new();
+    while out.last().is_none_or(|(_, _, r): &(String, String, u64)| *r < to) {
+        let e = w.next_change(T).await.expect("watch delivered everything in time");
+        assert_ne!(e["type"], "ERROR", "{e}");
+        out.push((e["type"].as_str().unwrap().to_owned(), e["object"]["metadata"]["name"].as_str().unwrap().to_owned(), rv(&e["object"])));
+    }
+    out
+}
+
+#[tokio::test]
+async fn watchers_and_lists_through_the_router_equal_etcd() {
+    let etcd = Etcd::start().await;
+    let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
+    let mut shards = Vec::new();
+    for r in HashRange::split_even(3) {
+        shards.push(TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
+    }
+    let stop = CancellationToken::new();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let config = RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: shards.iter().map(|s| s.url.clone()).collect() };
+    let token = stop.clone();
+    tokio::spawn(async move { serve(config, token, move |a| drop(tx.send(a))).await.unwrap() });
+    let addr = rx.await.unwrap();
+    let r = TestShard::attach(format!("http://{addr}"), addr);
+    r.namespace("demo").await;
+    let (_, seed) = r.post(CM, &configmap("seed", json!({}))).await;
+    let start = rv(&seed);
+
+    let mut from_start = r.watch(&format!("{CM}?watch=1&resourceVersion={start}")).await;
+    let mut with_state = r.watch(&format!("{CM}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")).await;
+
+    // Three writers: creates, updates (some unconditional) and deletes over ten names.
+    let url = r.url.clone();
+    let writers: Vec<_> = (0..3)
+        .map(|w| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let c = client();
+                let mut last = 0;
+                for i in 0..40u64 {
+                    let name = format!("n{}", (i * 7 + w * 3) % 10);
+                    let op = (i + w) % 4;
+                    let resp = match op {
+                        0 | 1 => c.post(format!("{url}{CM}")).json(&configmap(&name, json!({"w": w.to_string()}))).send().await.unwrap(),
+                        2 => c.patch(format!("{url}{CM}/{name}")).header("content-type", "application/merge-patch+json").body(format!(r#"{{"data":{{"i":"{i}"}}}}"#)).send().await.unwrap(),
+                        _ => c.delete(format!("{url}{CM}/{name}")).send().await.unwrap(),
+                    };
+                    if resp.status().is_success() {
+                        if let Ok(v) = resp.json::<Value>().await {
+                            if let Some(r) = v["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse::<u64>().ok()) {
+                                last = last.max(r);
+                            }
+                        }
+                    }
+                }
+                last
+            })
+        })
+        .collect();
+    // A watcher that starts mid-way, from the RV of the first write it can see.
+    let mid = loop {
+        let (_, list) = r.get(CM).await;
+        if rv(&list) > start + 5 {
+            break rv(&list);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let mut from_mid = r.watch(&format!("{CM}?watch=1&resourceVersion={mid}")).await;
+    for w in writers {
+        w.await.unwrap();
+    }
+    // A final write marks the end of the history every watcher must reach.
+    let (_, fin) = r.post(CM, &configmap("final", json!({}))).await;
+    let end = rv(&fin);
+
+    let truth = etcd_history(&storage, start, end).await;
+    assert!(truth.len() > 40, "the writers made {} changes", truth.len());
+    assert_eq!(collect(&mut from_start, end).await, truth);
+    let after_mid: Vec<_> = truth.iter().filter(|(_, _, r)| *r > mid).cloned().collect();
+    assert_eq!(collect(&mut from_mid, end).await, after_mid);
+
+    // sendInitialEvents: the state at one revision R, the end bookmark at R, then the history after R.
+    let mut initial = BTreeMap::new();
+    let r_state = loop {
+        let e = with_state.next(T).await.unwrap();
+        if e["type"] == "BOOKMARK" {
+            break rv(&e["object"]);
+        }
+        initial.insert(e["object"]["metadata"]["name"].as_str().unwrap().to_owned(), rv(&e["object"]));
+    };
+    let (start_key, end_key) = etcd_layout::range_keys("", "configmaps", HashRange::FULL);
+    let (at_r, _) = storage.list_range(&start_key, &end_key, r_state).await.unwrap();
+    let etcd_state: BTreeMap<String, u64> = at_r.iter().map(|kv| (etcd_layout::parse_object_key("", "configmaps", &kv.key).unwrap().2.to_owned(), kv.mod_revision)).collect();
+    assert_eq!(initial, etcd_state);
+    let after_r: Vec<_> = truth.iter().filter(|(_, _, r)| *r > r_state).cloned().collect();
+    assert_eq!(collect(&mut with_state, end).await, after_r);
+
+    // I3: a LIST at revision R equals etcd at R, for several R in the history.
+    for (_, _, r_at) in truth.iter().step_by(17) {
+        let (code, list) = r.get(&format!("{CM}?resourceVersion={r_at}&resourceVersionMatch=Exact")).await;
+        assert_eq!(code, 200, "{list}");
+        let got: Vec<(String, u64)> = list["items"].as_array().unwrap().iter().map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i))).collect();
+        let (kvs, _) = storage.list_range(&start_key, &end_key, *r_at).await.unwrap();
+        let mut want: Vec<(String, u64)> = kvs.iter().map(|kv| (etcd_layout::parse_object_key("", "configmaps", &kv.key).unwrap().2.to_owned(), kv.mod_revision)).collect();
+        want.sort();
+        assert_eq!(got, want, "LIST at {r_at}");
+    }
+    stop.cancel();
+}
