@@ -9,6 +9,7 @@
 //! and never write to etcd except by compare-and-swap on the object's own key.
 
 pub mod body;
+pub mod cli;
 pub mod discovery;
 pub mod handlers;
 pub mod metrics;

@@ -40,6 +40,32 @@ pub async fn run(shard: Arc<Shard>, period: Duration) {
     }
 }
 
+/// The namespaces kube-apiserver creates at start-up.
+pub const BOOTSTRAP: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Creates the bootstrap namespaces this shard owns, if absent, as kube-apiserver's bootstrap
+/// controller does (retrying until etcd answers).
+pub async fn bootstrap(shard: Arc<Shard>) {
+    let info = shard.resources.iter().find(|r| r.plural == "namespaces" && r.group.is_empty()).expect("namespaces served").clone();
+    for name in BOOTSTRAP {
+        let Ok(key) = shard.owned_key(&info, "", name) else { continue };
+        loop {
+            let mut ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+            shardplane_apimachinery::meta::prepare_for_create(&info, &mut ns);
+            match shard.storage.create(&key, serde_json::to_vec(&ns).expect("json")).await {
+                Ok(_) | Err(shardplane_storage::StorageError::AlreadyExists) => break,
+                Err(e) => {
+                    tracing::warn!(namespace = name, error = %e, "bootstrap namespace not created yet; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = shard.shutdown.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Keeps `terminating` equal to the Terminating namespaces in etcd (name → mod_revision).
 async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>>) {
     let (start, end) = etcd_layout::range_keys("", "namespaces", HashRange::FULL);

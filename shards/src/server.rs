@@ -63,6 +63,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
         });
     }
     tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
+    tokio::spawn(crate::namespaces::bootstrap(shard.clone()));
     let limits = InflightLimits {
         read: Arc::new(tokio::sync::Semaphore::new(config.max_requests_inflight.max(1))),
         mutating: Arc::new(tokio::sync::Semaphore::new(config.max_mutating_inflight.max(1))),

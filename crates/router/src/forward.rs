@@ -9,9 +9,9 @@ use shardplane_coordinator::range_map::RangeMap;
 use shardplane_keyspace::placement_hash;
 use std::sync::Arc;
 
-/// The shards and who owns what.
+/// The shards and who owns what. The map's URLs change when a supervised shard restarts.
 pub struct Shards {
-    pub map: RangeMap<String>,
+    map: std::sync::RwLock<RangeMap<String>>,
     pub http: reqwest::Client,
     pub resources: Vec<Arc<ResourceInfo>>,
 }
@@ -20,14 +20,39 @@ pub struct Shards {
 const PASSED: [header::HeaderName; 2] = [header::ACCEPT, header::CONTENT_TYPE];
 
 impl Shards {
+    /// Shards at `urls`; shard i owns the i-th of K equal ranges (epoch 0).
+    pub fn new(urls: Vec<String>) -> std::io::Result<Arc<Self>> {
+        Ok(Arc::new(Self {
+            map: std::sync::RwLock::new(RangeMap::even(0, urls.iter().map(|u| u.trim_end_matches('/').to_owned()).collect())),
+            http: reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?,
+            resources: shardplane_apimachinery::resources::builtin_resources().into_iter().map(Arc::new).collect(),
+        }))
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, RangeMap<String>> {
+        self.map.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The range-map epoch.
+    pub fn epoch(&self) -> u64 {
+        self.read().epoch()
+    }
+
     /// Every shard URL, in range order.
-    pub fn urls(&self) -> Vec<&str> {
-        self.map.entries().iter().map(|(_, u)| u.as_str()).collect()
+    pub fn urls(&self) -> Vec<String> {
+        self.read().entries().iter().map(|(_, u)| u.clone()).collect()
+    }
+
+    /// Points shard `i` at a new URL (a restarted process on the same range).
+    pub fn set_url(&self, i: usize, url: String) {
+        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
+        let entries: Vec<_> = map.entries().iter().enumerate().map(|(j, (r, u))| (*r, if j == i { url.clone() } else { u.clone() })).collect();
+        *map = RangeMap::new(map.epoch(), entries).expect("same ranges");
     }
 
     /// The URL of the shard owning an object.
-    pub fn owner(&self, info: &ResourceInfo, namespace: &str, name: &str) -> &str {
-        self.map.owner(placement_hash(info.group, info.plural, namespace, name))
+    pub fn owner(&self, info: &ResourceInfo, namespace: &str, name: &str) -> String {
+        self.read().owner(placement_hash(info.group, info.plural, namespace, name)).clone()
     }
 
     /// Sends one request to `base` and returns the shard's response as is.
@@ -65,7 +90,7 @@ impl Shards {
 
     /// etcd's current revision, as a shard reads it.
     pub async fn current_revision(&self) -> Result<u64, ApiError> {
-        let base = self.urls()[0].to_owned();
+        let base = self.urls()[0].clone();
         let (status, _, v) = self.get_json(&base, "/shardplane/v1/revision", None).await?;
         v["revision"].as_str().and_then(|r| r.parse().ok()).filter(|_| status.is_success()).ok_or_else(|| ApiError::unavailable(format!("shard {base} did not report the revision")))
     }

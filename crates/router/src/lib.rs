@@ -14,4 +14,6 @@ mod list;
 mod server;
 mod watch;
 
-pub use server::{serve, RouterConfig};
+pub use forward::Shards;
+pub use server::{serve, serve_shards, RouterConfig};
+pub mod topology;

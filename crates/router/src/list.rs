@@ -33,7 +33,7 @@ fn entry_key(e: &Value) -> (String, String) {
 /// The revision a LIST reads every shard at, and the key it resumes after.
 pub async fn revision_and_start(shards: &Shards, o: &ListOptions) -> Result<(u64, Option<(String, String)>), ApiError> {
     if let Some(t) = &o.continue_token {
-        if t.epoch.is_some_and(|e| e != shards.map.epoch()) {
+        if t.epoch.is_some_and(|e| e != shards.epoch()) {
             // The ranges moved since the first page: the pages are no longer one snapshot.
             return Err(ApiError::expired("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.", None));
         }
@@ -71,7 +71,8 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
     }
     let accept = headers.get(header::ACCEPT);
     let pq = format!("{path}?{q}");
-    let answers = futures::future::join_all(shards.urls().into_iter().map(|u| shards.get_json(u, &pq, accept))).await;
+    let urls = shards.urls();
+    let answers = futures::future::join_all(urls.iter().map(|u| shards.get_json(u, &pq, accept))).await;
     let mut pages = Vec::new();
     let mut template: Option<(Value, Option<axum::http::HeaderValue>)> = None;
     let mut remaining: Option<u64> = Some(0);
@@ -102,7 +103,7 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
     meta.remove("continue");
     meta.remove("remainingItemCount");
     if let Some(last) = &merged.continue_after {
-        meta.insert("continue".into(), json!(ContinueToken { rv: Some(rv), after: last.clone(), epoch: Some(shards.map.epoch()) }.encode()));
+        meta.insert("continue".into(), json!(ContinueToken { rv: Some(rv), after: last.clone(), epoch: Some(shards.epoch()) }.encode()));
         if let Some(r) = remaining {
             meta.insert("remainingItemCount".into(), json!(r + (fetched - returned) as u64));
         }

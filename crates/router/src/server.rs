@@ -11,9 +11,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use shardplane_apimachinery::list_options::ListOptions;
 use shardplane_apimachinery::meta;
-use shardplane_apimachinery::resources::builtin_resources;
 use shardplane_apimachinery::{request_path, ApiError};
-use shardplane_coordinator::range_map::RangeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -32,11 +30,12 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
     if config.shard_urls.is_empty() {
         return Err(std::io::Error::other("no shards: pass --shard-urls"));
     }
-    let shards = Arc::new(Shards {
-        map: RangeMap::even(0, config.shard_urls.iter().map(|u| u.trim_end_matches('/').to_owned()).collect()),
-        http: reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?,
-        resources: builtin_resources().into_iter().map(Arc::new).collect(),
-    });
+    serve_shards(Shards::new(config.shard_urls)?, config.listen, shutdown, on_listen).await
+}
+
+/// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`.
+pub async fn serve_shards(shards: Arc<Shards>, listen: SocketAddr, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+    let config = RouterConfig { listen, shard_urls: shards.urls() };
     let app = Router::new().fallback(dispatch).with_state(shards);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     on_listen(listener.local_addr()?);
@@ -90,7 +89,7 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
     }
     let Some(t) = request_path::parse(path, &shards.resources) else {
         // Discovery, OpenAPI and /version are the same on every shard.
-        return shards.forward(shards.urls()[0], method, &pq, headers, body).await;
+        return shards.forward(&shards.urls()[0], method, &pq, headers, body).await;
     };
     let ns = t.namespace.clone().unwrap_or_default();
     match (method, t.name.as_deref()) {
@@ -113,7 +112,7 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
                 }
             }
             let name = meta::meta_str(&obj, "name").to_owned();
-            let owner = shards.owner(&t.info, &ns, &name).to_owned();
+            let owner = shards.owner(&t.info, &ns, &name);
             let mut json_headers = headers.clone();
             json_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
             shards.forward(&owner, method, &pq, &json_headers, Bytes::from(serde_json::to_vec(&obj).expect("json"))).await
@@ -122,7 +121,7 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
             // Every shard deletes what it owns; the answer lists everything deleted.
             let mut all = Vec::new();
             let mut template: Option<Value> = None;
-            for u in shards.urls() {
+            for u in &shards.urls() {
                 let resp = shards.http.delete(format!("{u}{pq}")).body(body.clone()).header(header::CONTENT_TYPE, "application/json").send().await.map_err(|e| crate::forward::unavailable(u, &e))?;
                 let status = resp.status();
                 let v: Value = resp.json().await.unwrap_or(Value::Null);
@@ -137,7 +136,7 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
             Ok(passthrough(StatusCode::OK, &out))
         }
         (_, Some(name)) => {
-            let owner = shards.owner(&t.info, &ns, name).to_owned();
+            let owner = shards.owner(&t.info, &ns, name);
             shards.forward(&owner, method, &pq, headers, body).await
         }
         (m, None) => Err(ApiError::method_not_allowed(&m.as_str().to_ascii_lowercase(), t.info.group, t.info.plural)),

@@ -79,7 +79,8 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
     }
     q.push_str(&format!("watch=1&resourceVersion={start}&allowWatchBookmarks=true&progressBookmarks=always"));
     let mut streams = Vec::new();
-    for base in shards.urls() {
+    let urls = shards.urls();
+    for base in &urls {
         let mut req = shards.http.get(format!("{base}{path}?{q}"));
         if let Some(a) = headers.get(header::ACCEPT) {
             req = req.header(header::ACCEPT, a);
@@ -114,8 +115,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
         });
     }
     drop(in_tx);
-    let k = shards.urls().len();
-    let urls: Vec<String> = shards.urls().into_iter().map(str::to_owned).collect();
+    let k = urls.len();
     let progress_path = format!("/shardplane/v1/progress?group={}&resource={}", t.info.group, t.info.plural);
     let allow_bookmarks = o.allow_bookmarks;
     let send_initial_end = matches!(o.watch_start(), WatchStart::InitialEvents(_)) && o.allow_bookmarks;

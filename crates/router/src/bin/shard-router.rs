@@ -1,8 +1,11 @@
-//! `shard-router`: one Kubernetes endpoint over K shards.
+//! `shard-router`: one Kubernetes endpoint over K shards. With `--shard-urls` it fronts running
+//! shards; otherwise it starts K shard processes (this binary run as `shard-router shard ...`).
 
 use clap::Parser;
-use shardplane_router::{serve, RouterConfig};
+use shardplane_router::topology::{self, ShardLaunch};
+use shardplane_router::{serve_shards, Shards};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
 
 /// One Kubernetes endpoint over K shardplane shards.
@@ -15,23 +18,85 @@ struct Args {
     /// Base URLs of running shards, comma-separated; shard i must own the i-th of K equal ranges.
     #[arg(long, value_delimiter = ',')]
     shard_urls: Vec<String>,
+    /// etcd endpoints for the shards this router starts (when --shard-urls is not given).
+    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    etcd_endpoints: Vec<String>,
+    /// How many shard processes to start.
+    #[arg(long = "shards", default_value_t = 4)]
+    shard_count: u32,
+    /// Where to write a kubeconfig for this endpoint.
+    #[arg(long, default_value = ".shardplane/kubeconfig")]
+    kubeconfig: PathBuf,
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())).init();
-    let args = Args::parse();
-    if args.shard_urls.is_empty() {
-        eprintln!("shard-router: --shard-urls is required (starting a local topology on --etcd-endpoints is not implemented yet)");
-        return std::process::ExitCode::from(2);
+fn main() -> std::process::ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.get(1).map(String::as_str) == Some("shard") {
+        // A child shard process.
+        return shardplane_shard::cli::run(std::iter::once("shard-server".to_owned()).chain(argv[2..].iter().cloned()).collect());
     }
+    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())).init();
+    let args = Args::parse_from(argv);
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime").block_on(run(args))
+}
+
+async fn run(args: Args) -> std::process::ExitCode {
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
         token.cancel();
     });
-    match serve(RouterConfig { listen: args.listen, shard_urls: args.shard_urls }, shutdown, |a| println!("listening on {a}")).await {
+    let mut supervisors = Vec::new();
+    let shards = if args.shard_urls.is_empty() {
+        if args.shard_count == 0 {
+            eprintln!("shard-router: --shards must be at least 1");
+            return std::process::ExitCode::from(2);
+        }
+        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone() };
+        match topology::start(launch, args.shard_count, shutdown.clone()).await {
+            Ok((s, sup, pids)) => {
+                supervisors = sup;
+                for (i, (pid, url)) in pids.iter().zip(s.urls()).enumerate() {
+                    println!("shard {i} pid {pid} {url}");
+                }
+                s
+            }
+            Err(e) => {
+                eprintln!("shard-router: starting shards: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    } else {
+        match Shards::new(args.shard_urls.clone()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("shard-router: {e}");
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    };
+    let kubeconfig = args.kubeconfig.clone();
+    let result = serve_shards(shards, args.listen, shutdown.clone(), move |addr| {
+        let server = format!("http://{addr}");
+        if let Some(dir) = kubeconfig.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        match std::fs::write(&kubeconfig, topology::kubeconfig(&server)) {
+            Ok(()) => println!("listening on {addr}\nkubectl --kubeconfig {} get namespaces", kubeconfig.display()),
+            Err(e) => println!("listening on {addr} (kubeconfig not written: {e})"),
+        }
+    })
+    .await;
+    shutdown.cancel();
+    for s in supervisors {
+        let _ = s.await;
+    }
+    match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("shard-router: {e}");

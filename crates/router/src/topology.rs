@@ -1,0 +1,107 @@
+//! The local topology: K shard processes, each this binary run as `<exe> shard ...` on one
+//! equal slice of the hash space, supervised: one that dies is started again on the same range
+//! and the range map points at its new address; on shutdown all are stopped. The shards are
+//! separate OS processes (the memory-per-shard claim depends on it), yet `cargo run --bin
+//! shard-router` needs no separate build step.
+
+use crate::forward::Shards;
+use shardplane_keyspace::HashRange;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+/// How to start a shard process.
+#[derive(Clone, Debug)]
+pub struct ShardLaunch {
+    /// The binary that runs a shard when its first argument is `shard`.
+    pub exe: PathBuf,
+    pub etcd_endpoints: Vec<String>,
+}
+
+/// Starts `k` shards and their supervisors; returns the router's view of them and the
+/// supervisors, which end (with their child stopped) once `shutdown` is cancelled.
+pub async fn start(launch: ShardLaunch, k: u32, shutdown: CancellationToken) -> std::io::Result<(Arc<Shards>, Vec<tokio::task::JoinHandle<()>>, Vec<u32>)> {
+    let ranges = HashRange::split_even(k);
+    let mut started = Vec::new();
+    for (i, r) in ranges.iter().enumerate() {
+        started.push(spawn_shard(&launch.exe, &launch.etcd_endpoints, i, *r).await?);
+    }
+    let shards = Shards::new(started.iter().map(|(_, url)| url.clone()).collect())?;
+    let pids = started.iter().map(|(c, _)| c.id().unwrap_or(0)).collect();
+    let supervisors = started
+        .into_iter()
+        .zip(ranges)
+        .enumerate()
+        .map(|(i, ((child, _), range))| tokio::spawn(supervise(i, child, range, launch.clone(), shards.clone(), shutdown.clone())))
+        .collect();
+    Ok((shards, supervisors, pids))
+}
+
+/// Starts one shard process and waits for the address it listens on.
+async fn spawn_shard(exe: &Path, etcd: &[String], i: usize, range: HashRange) -> std::io::Result<(Child, String)> {
+    let mut child = Command::new(exe)
+        .arg("shard")
+        .args(["--etcd-endpoints", &etcd.join(","), "--listen", "127.0.0.1:0", "--range", &range.to_string(), "--id", &format!("shard-{i}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = BufReader::new(child.stdout.take().expect("piped stdout")).lines();
+    let url = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(addr) = line.strip_prefix("listening on ") {
+                return Ok(format!("http://{addr}"));
+            }
+        }
+        Err(std::io::Error::other(format!("shard {i} exited before listening")))
+    })
+    .await
+    .map_err(|_| std::io::Error::other(format!("shard {i} did not listen within 60 s")))??;
+    // Keep draining stdout so the child never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    tracing::info!(shard = i, %url, %range, pid = child.id(), "shard started");
+    Ok((child, url))
+}
+
+async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLaunch, shards: Arc<Shards>, shutdown: CancellationToken) {
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                tracing::warn!(shard = i, status = ?status, "shard exited; restarting it on the same range");
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = shutdown.cancelled() => return,
+                    }
+                    match spawn_shard(&launch.exe, &launch.etcd_endpoints, i, range).await {
+                        Ok((c, url)) => {
+                            shards.set_url(i, url);
+                            child = c;
+                            break;
+                        }
+                        Err(e) => tracing::warn!(shard = i, error = %e, "restart failed; retrying"),
+                    }
+                }
+            }
+            _ = shutdown.cancelled() => {
+                // SIGKILL and reap: nothing is left running.
+                let _ = child.kill().await;
+                return;
+            }
+        }
+    }
+}
+
+/// A kubeconfig for `server` (plain HTTP on loopback, no credentials).
+pub fn kubeconfig(server: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: shardplane\n  cluster:\n    server: {server}\ncontexts:\n- name: shardplane\n  context:\n    cluster: shardplane\n    user: shardplane\ncurrent-context: shardplane\nusers:\n- name: shardplane\n  user: {{}}\n"
+    )
+}

@@ -1,0 +1,104 @@
+//! `shard-router --etcd-endpoints` as a user runs it: it starts K shard processes of its own
+//! binary, writes a kubeconfig kubectl can use, restarts a shard that dies, and leaves nothing
+//! running after SIGTERM.
+
+#[path = "../../../shards/tests/common/mod.rs"]
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// shard-router processes (router or shard) whose command line mentions `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("shard-router") && c.contains(needle)
+            })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
+    let etcd = Etcd::start().await;
+    let dir = std::env::temp_dir().join(format!("shardplane-topology-{}", uuid::Uuid::new_v4()));
+    let kubeconfig = dir.join("kubeconfig");
+    let mut router = Command::new(env!("CARGO_BIN_EXE_shard-router"))
+        .args(["--etcd-endpoints", &etcd.endpoint, "--shards", "2", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(router.stdout.take().unwrap()).lines();
+    let mut pids = Vec::new();
+    let addr = loop {
+        let line = lines.next().expect("router printed its address").unwrap();
+        if let Some(rest) = line.strip_prefix("shard ") {
+            pids.push(rest.split_whitespace().nth(2).unwrap().parse::<i32>().unwrap());
+        }
+        if let Some(a) = line.strip_prefix("listening on ") {
+            break a.to_owned();
+        }
+    };
+    assert_eq!(pids.len(), 2);
+    assert_eq!(processes_with(&etcd.endpoint).len(), 3, "router and two shard processes");
+    let r = TestShard::attach(format!("http://{addr}"), addr.parse().unwrap());
+    wait_for(Duration::from_secs(30), || async { client().get(format!("{}/readyz", r.url)).send().await.is_ok_and(|x| x.status() == 200) }).await;
+    // The bootstrap namespaces exist, as on kube-apiserver.
+    wait_for(Duration::from_secs(10), || async { r.get("/api/v1/namespaces/default").await.0 == 200 }).await;
+
+    // kubectl through the written kubeconfig, with a generator (protobuf body).
+    let (home, kc) = (dir.join("home"), kubeconfig.clone());
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
+            .env("HOME", &home)
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .args(["create", "configmap", "topo", "--from-literal=a=b"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    // Kill one shard: the supervisor starts it again on its range and requests reach it.
+    let names: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    send_signal(pids[0], 9);
+    wait_for(Duration::from_secs(30), || {
+        let names = names.clone();
+        let r = &r;
+        async move {
+            let mut ok = true;
+            for n in &names {
+                let code = r.post("/api/v1/namespaces/default/configmaps", &configmap(n, serde_json::json!({}))).await.0;
+                ok &= code == 201 || code == 409;
+            }
+            ok
+        }
+    })
+    .await;
+    let (_, list) = r.get("/api/v1/namespaces/default/configmaps").await;
+    assert_eq!(list["items"].as_array().unwrap().len(), 21);
+
+    // SIGTERM: the router stops its shards and exits.
+    send_signal(router.id() as i32, 15);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while router.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "router did not exit after SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(processes_with(&etcd.endpoint), Vec::<u32>::new(), "shard processes left running");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sends a signal with the `kill` command (no libc dependency in tests).
+fn send_signal(pid: i32, signal: i32) {
+    let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+    assert!(status.success());
+}

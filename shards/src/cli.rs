@@ -1,0 +1,103 @@
+//! The `shard-server` command line, as a library so that `shard-router` can run shards as child
+//! processes of its own binary (`shard-router shard ...`) with no separate build step.
+
+use clap::Parser;
+use shardplane_keyspace::{HashRange, RangeSet};
+use crate::{serve, ShardConfig};
+use shardplane_watchcache::CacheConfig;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// One shardplane shard: the Kubernetes API for the object keys in its hash ranges.
+#[derive(Parser, Debug)]
+#[command(name = "shard-server", version)]
+struct Args {
+    /// etcd endpoints, comma-separated.
+    #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
+    /// Address to serve on (plain HTTP, loopback).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Hash range owned, `0xLO-0xHI` (16 hex digits; the end may be 0x10000000000000000). Repeatable.
+    #[arg(long = "range")]
+    ranges: Vec<HashRange>,
+    /// Shard name in logs and metrics.
+    #[arg(long, default_value = "shard-0")]
+    id: String,
+    /// etcd compaction interval in seconds, as kube-apiserver's --etcd-compaction-interval (0: off).
+    #[arg(long, default_value_t = 300)]
+    compaction_interval: u64,
+    /// Seconds between watch bookmarks to clients that allow them.
+    #[arg(long, default_value_t = 60)]
+    bookmark_interval: u64,
+    /// Seconds of watch history kept (at least 75).
+    #[arg(long, default_value_t = 150)]
+    watch_history_seconds: u64,
+    /// Most events kept in each watch cache's history.
+    #[arg(long, default_value_t = 100_000)]
+    watch_history_events: usize,
+    /// Events buffered per watcher before a slow watcher is closed.
+    #[arg(long, default_value_t = 1024)]
+    watcher_buffer: usize,
+    /// Most concurrent non-mutating requests (watches exempt); more get 429.
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Most concurrent mutating requests; more get 429.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
+}
+
+/// Runs a shard from command-line arguments (the first is the program name) until SIGINT/SIGTERM.
+pub fn run(argv: Vec<String>) -> std::process::ExitCode {
+    let args = match Args::try_parse_from(argv) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())).try_init();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime").block_on(run_async(args))
+}
+
+async fn run_async(args: Args) -> std::process::ExitCode {
+    let ranges = if args.ranges.is_empty() { Ok(RangeSet::full()) } else { RangeSet::from_disjoint(args.ranges.clone()) };
+    let ranges = match ranges {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("shard-server: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let config = ShardConfig {
+        id: args.id,
+        etcd_endpoints: args.etcd_endpoints,
+        listen: args.listen,
+        ranges,
+        cache: CacheConfig {
+            history_max_events: args.watch_history_events,
+            history_window: Duration::from_secs(args.watch_history_seconds.max(75)),
+            watcher_buffer: args.watcher_buffer,
+        },
+        compaction_interval: (args.compaction_interval > 0).then(|| Duration::from_secs(args.compaction_interval)),
+        bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
+        namespace_sweep: Duration::from_secs(1),
+        max_requests_inflight: args.max_requests_inflight,
+        max_mutating_inflight: args.max_mutating_requests_inflight,
+    };
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        token.cancel();
+    });
+    match serve(config, shutdown, |addr| println!("listening on {addr}")).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shard-server: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
