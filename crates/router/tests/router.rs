@@ -152,3 +152,40 @@ async fn merged_watch_delivers_every_change_in_rv_order() {
     let e = fresh.next_change(T).await.unwrap();
     assert_eq!((e["object"]["metadata"]["name"].as_str(), rv(&e["object"])), (Some("late"), rv(&late)));
 }
+
+#[tokio::test]
+async fn kube_rs_watcher_through_the_router_sees_every_write_in_order() {
+    use futures::TryStreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    use kube::runtime::watcher::{self, Event};
+    let c = cluster(4).await;
+    let client = kube::Client::try_from(kube::Config::new(c.router.url.parse().unwrap())).unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client, "demo");
+    for (round, config) in [watcher::Config::default(), watcher::Config::default().streaming_lists()].into_iter().enumerate() {
+        let stream = watcher::watcher(api.clone(), config);
+        tokio::pin!(stream);
+        loop {
+            match tokio::time::timeout(T, stream.try_next()).await.expect("init").unwrap() {
+                Some(Event::InitDone) => break,
+                Some(_) => {}
+                None => panic!("watch ended"),
+            }
+        }
+        let mut want = Vec::new();
+        for i in 0..12 {
+            let cm: ConfigMap = serde_json::from_value(configmap(&format!("kr-{round}-{i}"), json!({}))).unwrap();
+            let created = api.create(&PostParams::default(), &cm).await.unwrap();
+            want.push((created.metadata.name.unwrap(), created.metadata.resource_version.unwrap()));
+        }
+        let mut got = Vec::new();
+        while got.len() < want.len() {
+            match tokio::time::timeout(T, stream.try_next()).await.expect("event in time").unwrap() {
+                Some(Event::Apply(cm)) => got.push((cm.metadata.name.unwrap(), cm.metadata.resource_version.unwrap())),
+                Some(other) => panic!("unexpected {other:?}"),
+                None => panic!("watch ended"),
+            }
+        }
+        assert_eq!(got, want);
+    }
+}
