@@ -6,8 +6,16 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 bash deploy/local/install-deps.sh
-if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --no-fail-fast
-else
-  cargo test --workspace --no-fail-fast
-fi
+run() {
+  if cargo nextest --version >/dev/null 2>&1; then
+    cargo nextest run --no-fail-fast "$@"
+  else
+    cargo test --no-fail-fast "$@"
+  fi
+}
+run --workspace
+# The single-shard suite again, unchanged, through a router in front of K shards.
+for k in 2 4; do
+  echo "== shard suite through a router over $k shards"
+  SHARDPLANE_ROUTER_SHARDS=$k run -p shardplane-shard
+done

@@ -7,11 +7,9 @@ use shardplane_apimachinery::request_path::Target;
 use crate::shard::Shard;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
-use base64::Engine;
 use bytes::Bytes;
 use serde_json::json;
 use shardplane_apimachinery::list_options::{ListOptions, WatchStart};
-use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::ApiError;
 use shardplane_watchcache::{CacheError, WatchMsg, Watcher};
 use std::sync::Arc;
@@ -22,26 +20,7 @@ use tokio_stream::wrappers::ReceiverStream;
 /// Chunks buffered between the cache and the connection; past it the cache closes the watcher.
 const CONNECTION_BUFFER: usize = 64;
 
-fn event_line(kind: &str, object: &[u8]) -> Bytes {
-    let mut out = Vec::with_capacity(object.len() + 32);
-    out.extend_from_slice(b"{\"type\":\"");
-    out.extend_from_slice(kind.as_bytes());
-    out.extend_from_slice(b"\",\"object\":");
-    out.extend_from_slice(object);
-    out.extend_from_slice(b"}\n");
-    Bytes::from(out)
-}
-
-fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
-    let mut meta = json!({"resourceVersion": rv.to_string()});
-    if initial_end {
-        let blueprint = json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": {}, "items": null});
-        let b64 = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&blueprint).expect("blueprint"));
-        meta["annotations"] = json!({"k8s.io/initial-events-end": "true", "kubernetes.io/initial-events-list-blueprint": b64});
-    }
-    let obj = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta});
-    event_line("BOOKMARK", &serde_json::to_vec(&obj).expect("bookmark"))
-}
+use shardplane_apimachinery::watch_event::{bookmark, line as event_line};
 
 fn error_line(e: &ApiError) -> Bytes {
     event_line("ERROR", &e.to_json())

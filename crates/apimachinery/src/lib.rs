@@ -20,5 +20,6 @@ pub mod request_path;
 pub mod resources;
 pub mod selectors;
 pub mod status;
+pub mod watch_event;
 
 pub use status::ApiError;

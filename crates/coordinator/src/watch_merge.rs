@@ -184,7 +184,7 @@ mod tests {
             }
             let mut m = WatchMerge::new(k, start, usize::MAX);
             let mut out = Vec::new();
-            let mut feed = |m: &mut WatchMerge<u64>, shard: usize, streams: &mut Vec<std::collections::VecDeque<ShardInput<u64>>>| {
+            let feed = |m: &mut WatchMerge<u64>, shard: usize, streams: &mut Vec<std::collections::VecDeque<ShardInput<u64>>>| {
                 if let Some(input) = streams[shard].pop_front() {
                     m.push(shard, input).unwrap();
                 }

@@ -14,6 +14,8 @@ pub struct Shards {
     map: std::sync::RwLock<RangeMap<String>>,
     pub http: reqwest::Client,
     pub resources: Vec<Arc<ResourceInfo>>,
+    /// Bookmarks to clients that allow them, this often.
+    pub bookmark_interval: std::time::Duration,
 }
 
 /// Request headers worth passing to a shard.
@@ -21,11 +23,12 @@ const PASSED: [header::HeaderName; 2] = [header::ACCEPT, header::CONTENT_TYPE];
 
 impl Shards {
     /// Shards at `urls`; shard i owns the i-th of K equal ranges (epoch 0).
-    pub fn new(urls: Vec<String>) -> std::io::Result<Arc<Self>> {
+    pub fn new(urls: Vec<String>, bookmark_interval: std::time::Duration) -> std::io::Result<Arc<Self>> {
         Ok(Arc::new(Self {
             map: std::sync::RwLock::new(RangeMap::even(0, urls.iter().map(|u| u.trim_end_matches('/').to_owned()).collect())),
             http: reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?,
             resources: shardplane_apimachinery::resources::builtin_resources().into_iter().map(Arc::new).collect(),
+            bookmark_interval,
         }))
     }
 
@@ -92,13 +95,27 @@ impl Shards {
     pub async fn current_revision(&self) -> Result<u64, ApiError> {
         let base = self.urls()[0].clone();
         let (status, _, v) = self.get_json(&base, "/shardplane/v1/revision", None).await?;
-        v["revision"].as_str().and_then(|r| r.parse().ok()).filter(|_| status.is_success()).ok_or_else(|| ApiError::unavailable(format!("shard {base} did not report the revision")))
+        if !status.is_success() {
+            return Err(shard_status(status, &v));
+        }
+        v["revision"].as_str().and_then(|r| r.parse().ok()).ok_or_else(|| ApiError::unavailable(format!("shard {base} did not report the revision")))
     }
 }
 
 /// 503 for a shard that cannot be reached.
 pub fn unavailable(base: &str, e: &reqwest::Error) -> ApiError {
     ApiError::unavailable(format!("shard {base} is unavailable: {e}"))
+}
+
+/// A shard's error Status as an [`ApiError`] with the same code, reason and message.
+pub fn shard_status(code: StatusCode, body: &serde_json::Value) -> ApiError {
+    let message = body["message"].as_str().unwrap_or("shard error").to_owned();
+    match body["reason"].as_str() {
+        Some("TooManyRequests") => ApiError::too_many_requests(message, body.pointer("/details/retryAfterSeconds").and_then(|v| v.as_u64()).unwrap_or(1)),
+        Some("Timeout") => ApiError::timeout(message),
+        _ if code == StatusCode::SERVICE_UNAVAILABLE => ApiError::unavailable(message),
+        _ => ApiError::internal(message),
+    }
 }
 
 /// A shard's non-success answer, passed on verbatim (the same Status a single server gives).

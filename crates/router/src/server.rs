@@ -23,6 +23,8 @@ pub struct RouterConfig {
     pub listen: SocketAddr,
     /// Shard base URLs; shard i owns the i-th of K equal ranges (epoch 0).
     pub shard_urls: Vec<String>,
+    /// Bookmarks to watch clients that allow them, this often.
+    pub bookmark_interval: std::time::Duration,
 }
 
 /// Serves until `shutdown`; calls `on_listen` with the bound address.
@@ -30,12 +32,12 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
     if config.shard_urls.is_empty() {
         return Err(std::io::Error::other("no shards: pass --shard-urls"));
     }
-    serve_shards(Shards::new(config.shard_urls)?, config.listen, shutdown, on_listen).await
+    serve_shards(Shards::new(config.shard_urls, config.bookmark_interval)?, config.listen, shutdown, on_listen).await
 }
 
 /// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`.
 pub async fn serve_shards(shards: Arc<Shards>, listen: SocketAddr, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
-    let config = RouterConfig { listen, shard_urls: shards.urls() };
+    let config = RouterConfig { listen, shard_urls: shards.urls(), bookmark_interval: shards.bookmark_interval };
     let app = Router::new().fallback(dispatch).with_state(shards);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     on_listen(listener.local_addr()?);
@@ -100,8 +102,11 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
         (&Method::POST, None) => {
             // The name decides the shard: read it (or pick it for generateName) first.
             let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-            let mut obj: Value = if ct.starts_with(shardplane_apimachinery::protobuf::CONTENT_TYPE) {
+            let media = ct.split(';').next().unwrap_or("").trim();
+            let mut obj: Value = if media == shardplane_apimachinery::protobuf::CONTENT_TYPE {
                 shardplane_apimachinery::protobuf::decode(&body)?
+            } else if !matches!(media, "application/json" | "" | "*/*") {
+                return Err(ApiError::unsupported_media_type(ct));
             } else {
                 serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?
             };

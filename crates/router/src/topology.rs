@@ -24,13 +24,13 @@ pub struct ShardLaunch {
 
 /// Starts `k` shards and their supervisors; returns the router's view of them and the
 /// supervisors, which end (with their child stopped) once `shutdown` is cancelled.
-pub async fn start(launch: ShardLaunch, k: u32, shutdown: CancellationToken) -> std::io::Result<(Arc<Shards>, Vec<tokio::task::JoinHandle<()>>, Vec<u32>)> {
+pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shutdown: CancellationToken) -> std::io::Result<(Arc<Shards>, Vec<tokio::task::JoinHandle<()>>, Vec<u32>)> {
     let ranges = HashRange::split_even(k);
     let mut started = Vec::new();
     for (i, r) in ranges.iter().enumerate() {
         started.push(spawn_shard(&launch.exe, &launch.etcd_endpoints, i, *r).await?);
     }
-    let shards = Shards::new(started.iter().map(|(_, url)| url.clone()).collect())?;
+    let shards = Shards::new(started.iter().map(|(_, url)| url.clone()).collect(), bookmark_interval)?;
     let pids = started.iter().map(|(c, _)| c.id().unwrap_or(0)).collect();
     let supervisors = started
         .into_iter()

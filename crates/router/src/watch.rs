@@ -9,9 +9,10 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use bytes::Bytes;
 use futures::StreamExt;
-use serde_json::{json, Value};
+use serde_json::Value;
 use shardplane_apimachinery::list_options::{ListOptions, WatchStart};
 use shardplane_apimachinery::request_path::Target;
+use shardplane_apimachinery::watch_event;
 use shardplane_apimachinery::ApiError;
 use shardplane_coordinator::watch_merge::{ShardInput, WatchMerge};
 use std::sync::Arc;
@@ -23,8 +24,6 @@ use tokio_stream::wrappers::ReceiverStream;
 const HELD_BACK: usize = 10_000;
 /// How often lagging shards are asked for a progress mark while events wait.
 const PROGRESS_EVERY: Duration = Duration::from_millis(20);
-/// Bookmarks to clients that allow them.
-const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 
 enum Line {
     Event(u64, Bytes),
@@ -43,17 +42,7 @@ fn classify(line: &[u8]) -> Option<Line> {
 }
 
 fn event_line(kind: &str, object: &Value) -> Bytes {
-    let mut b = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("json");
-    b.push(b'\n');
-    Bytes::from(b)
-}
-
-fn bookmark(t: &Target, rv: u64, initial_end: bool) -> Bytes {
-    let mut meta = json!({"resourceVersion": rv.to_string()});
-    if initial_end {
-        meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-    }
-    event_line("BOOKMARK", &json!({"kind": t.info.kind, "apiVersion": t.info.api_version(), "metadata": meta}))
+    watch_event::line(kind, &serde_json::to_vec(object).expect("json"))
 }
 
 /// Serves a merged WATCH.
@@ -120,6 +109,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
     let allow_bookmarks = o.allow_bookmarks;
     let send_initial_end = matches!(o.watch_start(), WatchStart::InitialEvents(_)) && o.allow_bookmarks;
     let http = shards.http.clone();
+    let every = shards.bookmark_interval;
     tokio::spawn(async move {
         if let Some(items) = initial {
             for item in &items {
@@ -127,13 +117,13 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
                     return;
                 }
             }
-            if send_initial_end && tx.send(bookmark(&t, start, true)).await.is_err() {
+            if send_initial_end && tx.send(watch_event::bookmark(&t.info, start, true)).await.is_err() {
                 return;
             }
         }
         let mut merge: WatchMerge<Bytes> = WatchMerge::new(k, start, HELD_BACK);
         let mut ask = tokio::time::interval(PROGRESS_EVERY);
-        let mut bookmarks = tokio::time::interval_at(tokio::time::Instant::now() + BOOKMARK_EVERY, BOOKMARK_EVERY);
+        let mut bookmarks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let mut bookmarked = start;
         loop {
             tokio::select! {
@@ -169,7 +159,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
                 _ = bookmarks.tick(), if allow_bookmarks => {
                     if let Some(rv) = merge.bookmark().filter(|rv| *rv > bookmarked) {
                         bookmarked = rv;
-                        if tx.send(bookmark(&t, rv, false)).await.is_err() {
+                        if tx.send(watch_event::bookmark(&t.info, rv, false)).await.is_err() {
                             return;
                         }
                     }

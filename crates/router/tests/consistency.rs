@@ -65,9 +65,11 @@ async fn watchers_and_lists_through_the_router_equal_etcd() {
     }
     let stop = CancellationToken::new();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let config = RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: shards.iter().map(|s| s.url.clone()).collect() };
+    let config = RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: shards.iter().map(|s| s.url.clone()).collect(), bookmark_interval: Duration::from_millis(500) };
     let token = stop.clone();
-    tokio::spawn(async move { serve(config, token, move |a| drop(tx.send(a))).await.unwrap() });
+    tokio::spawn(async move { serve(config, token, move |a| {
+            let _ = tx.send(a);
+        }).await.unwrap() });
     let addr = rx.await.unwrap();
     let r = TestShard::attach(format!("http://{addr}"), addr);
     r.namespace("demo").await;

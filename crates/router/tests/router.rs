@@ -31,7 +31,7 @@ async fn cluster(k: u32) -> Cluster {
     }
     let stop = CancellationToken::new();
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let config = RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: shards.iter().map(|s| s.url.clone()).collect() };
+    let config = RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: shards.iter().map(|s| s.url.clone()).collect(), bookmark_interval: Duration::from_millis(500) };
     let token = stop.clone();
     tokio::spawn(async move {
         serve(config, token, move |a| {

@@ -95,16 +95,19 @@ impl Drop for Etcd {
     }
 }
 
-/// A shard served in-process.
+/// A shard served in-process (or, with `SHARDPLANE_ROUTER_SHARDS=K`, a router in front of K).
 pub struct TestShard {
     pub url: String,
     pub addr: SocketAddr,
     shutdown: CancellationToken,
+    /// The shards behind a router.
+    behind: Vec<TestShard>,
 }
 
 impl Drop for TestShard {
     fn drop(&mut self) {
         self.shutdown.cancel();
+        self.behind.clear();
     }
 }
 
@@ -125,8 +128,41 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
 }
 
 impl TestShard {
-    /// Starts a shard with `config` and waits until /readyz says its caches synced.
+    /// Starts a shard with `config` and waits until /readyz says its caches synced. With
+    /// `SHARDPLANE_ROUTER_SHARDS=K` and the full range, starts K shards on equal slices and a
+    /// router in front of them instead, so one suite runs against both.
     pub async fn start(config: ShardConfig) -> Self {
+        match std::env::var("SHARDPLANE_ROUTER_SHARDS").ok().and_then(|k| k.parse::<u32>().ok()) {
+            Some(k) if config.ranges.is_full() => Box::pin(Self::start_routed(config, k)).await,
+            _ => Self::start_one(config).await,
+        }
+    }
+
+    async fn start_routed(config: ShardConfig, k: u32) -> Self {
+        let mut behind = Vec::new();
+        for r in shardplane_keyspace::HashRange::split_even(k) {
+            behind.push(Self::start_one(ShardConfig { ranges: RangeSet::from_disjoint(vec![r]).unwrap(), ..config.clone() }).await);
+        }
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: behind.iter().map(|s| s.url.clone()).collect(), bookmark_interval: config.bookmark_interval };
+        let token = shutdown.clone();
+        tokio::spawn(async move { shardplane_router::serve(rc, token, move |a| {
+            let _ = tx.send(a);
+        }).await.expect("router serves") });
+        let addr = rx.await.expect("router bound");
+        let s = Self { url: format!("http://{addr}"), addr, shutdown, behind };
+        wait_for(Duration::from_secs(20), || async { client().get(format!("{}/readyz", s.url)).send().await.is_ok_and(|r| r.status() == 200) }).await;
+        s
+    }
+
+    /// Always a shard, never a router: for tests of a shard's own surface (its progress side
+    /// channel, its metrics, its in-flight bounds).
+    pub async fn start_shard(config: ShardConfig) -> Self {
+        Self::start_one(config).await
+    }
+
+    async fn start_one(config: ShardConfig) -> Self {
         let shutdown = CancellationToken::new();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let token = shutdown.clone();
@@ -138,14 +174,14 @@ impl TestShard {
             .expect("shard serves");
         });
         let addr = rx.await.expect("shard bound");
-        let s = Self { url: format!("http://{addr}"), addr, shutdown };
+        let s = Self { url: format!("http://{addr}"), addr, shutdown, behind: Vec::new() };
         wait_for(Duration::from_secs(20), || async { client().get(format!("{}/readyz", s.url)).send().await.is_ok_and(|r| r.status() == 200) }).await;
         s
     }
 
     /// A handle on a server started elsewhere (a router), driven through the same helpers.
     pub fn attach(url: String, addr: SocketAddr) -> Self {
-        Self { url, addr, shutdown: CancellationToken::new() }
+        Self { url, addr, shutdown: CancellationToken::new(), behind: Vec::new() }
     }
 
     /// GET returning (status, JSON body).

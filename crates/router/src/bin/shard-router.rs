@@ -24,6 +24,9 @@ struct Args {
     /// How many shard processes to start.
     #[arg(long = "shards", default_value_t = 4)]
     shard_count: u32,
+    /// Seconds between bookmarks to watch clients that allow them.
+    #[arg(long, default_value_t = 60)]
+    bookmark_interval: u64,
     /// Where to write a kubeconfig for this endpoint.
     #[arg(long, default_value = ".shardplane/kubeconfig")]
     kubeconfig: PathBuf,
@@ -58,7 +61,7 @@ async fn run(args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
         let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone() };
-        match topology::start(launch, args.shard_count, shutdown.clone()).await {
+        match topology::start(launch, args.shard_count, std::time::Duration::from_secs(args.bookmark_interval.max(1)), shutdown.clone()).await {
             Ok((s, sup, pids)) => {
                 supervisors = sup;
                 for (i, (pid, url)) in pids.iter().zip(s.urls()).enumerate() {
@@ -72,7 +75,7 @@ async fn run(args: Args) -> std::process::ExitCode {
             }
         }
     } else {
-        match Shards::new(args.shard_urls.clone()) {
+        match Shards::new(args.shard_urls.clone(), std::time::Duration::from_secs(args.bookmark_interval.max(1))) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("shard-router: {e}");
