@@ -48,6 +48,21 @@ struct Args {
     max_mutating_requests_inflight: usize,
 }
 
+/// A token cancelled on SIGINT (Ctrl-C) or SIGTERM. Call inside a tokio runtime.
+pub fn shutdown_on_signal() -> CancellationToken {
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        token.cancel();
+    });
+    shutdown
+}
+
 /// Runs a shard from command-line arguments (the first is the program name) until SIGINT/SIGTERM.
 pub fn run(argv: Vec<String>) -> std::process::ExitCode {
     let args = match Args::try_parse_from(argv) {
@@ -83,16 +98,7 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         max_requests_inflight: args.max_requests_inflight,
         max_mutating_inflight: args.max_mutating_requests_inflight,
     };
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        token.cancel();
-    });
+    let shutdown = shutdown_on_signal();
     match serve(config, shutdown, |addr| println!("listening on {addr}")).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

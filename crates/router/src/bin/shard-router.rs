@@ -6,7 +6,6 @@ use shardplane_router::topology::{self, ShardLaunch};
 use shardplane_router::{serve_shards, Shards};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use tokio_util::sync::CancellationToken;
 
 /// One Kubernetes endpoint over K shardplane shards.
 #[derive(Parser, Debug)]
@@ -44,16 +43,7 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> std::process::ExitCode {
-    let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    tokio::spawn(async move {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-        token.cancel();
-    });
+    let shutdown = shardplane_shard::cli::shutdown_on_signal();
     let mut supervisors = Vec::new();
     let shards = if args.shard_urls.is_empty() {
         if args.shard_count == 0 {
