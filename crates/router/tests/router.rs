@@ -189,3 +189,41 @@ async fn kube_rs_watcher_through_the_router_sees_every_write_in_order() {
         assert_eq!(got, want);
     }
 }
+
+#[tokio::test]
+async fn a_shard_that_is_down_gives_503_for_its_keys_and_for_fan_out_never_a_partial_list() {
+    let etcd = Etcd::start().await;
+    let halves = HashRange::split_even(2);
+    let live = TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![halves[0]]).unwrap())).await;
+    // Shard 1's address answers nothing: a port that was free a moment ago.
+    let dead = format!("http://127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
+    let stop = CancellationToken::new();
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let config = RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: vec![live.url.clone(), dead], bookmark_interval: Duration::from_secs(60) };
+    let token = stop.clone();
+    tokio::spawn(async move {
+        serve(config, token, move |a| {
+            let _ = tx.send(a);
+        })
+        .await
+        .unwrap()
+    });
+    let addr = rx.await.unwrap();
+    let r = TestShard::attach(format!("http://{addr}"), addr);
+    let owned_by = |name: &str| if halves[0].contains(shardplane_keyspace::ObjectKey::new("", "namespaces", "", name).hash()) { 0 } else { 1 };
+    let (up, down) = ((0..).map(|i| format!("ns{i}")).find(|n| owned_by(n) == 0).unwrap(), (0..).map(|i| format!("ns{i}")).find(|n| owned_by(n) == 1).unwrap());
+    let ns = |n: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}});
+    assert_eq!(r.post("/api/v1/namespaces", &ns(&up)).await.0, 201);
+    let (code, st) = r.post("/api/v1/namespaces", &ns(&down)).await;
+    assert_eq!((code, st["kind"].as_str(), st["reason"].as_str()), (503, Some("Status"), Some("ServiceUnavailable")), "{st}");
+    assert_eq!(r.get(&format!("/api/v1/namespaces/{down}")).await.0, 503);
+    assert_eq!(r.get(&format!("/api/v1/namespaces/{up}")).await.0, 200);
+    // A LIST or WATCH needs every shard: 503, not the live half presented as the whole.
+    let (code, st) = r.get("/api/v1/namespaces").await;
+    assert_eq!((code, st["reason"].as_str()), (503, Some("ServiceUnavailable")));
+    let resp = client().get(format!("{}/api/v1/namespaces?watch=1&resourceVersion=1", r.url)).send().await.unwrap();
+    assert_eq!(resp.status(), 503);
+    let resp = client().get(format!("{}/readyz", r.url)).send().await.unwrap();
+    assert_eq!(resp.status(), 500);
+    stop.cancel();
+}
