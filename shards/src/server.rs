@@ -48,6 +48,23 @@ pub struct InflightLimits {
     mutating: Arc<tokio::sync::Semaphore>,
 }
 
+impl InflightLimits {
+    /// At most `read` non-mutating and `mutating` mutating requests at once.
+    pub fn new(read: usize, mutating: usize) -> Self {
+        Self { read: Arc::new(tokio::sync::Semaphore::new(read.max(1))), mutating: Arc::new(tokio::sync::Semaphore::new(mutating.max(1))) }
+    }
+
+    /// A permit for one request (none needed for a watch), or the 429 to answer.
+    pub fn admit(&self, method: &Method, watch: bool) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+        let pool = match *method {
+            _ if watch => return Ok(None),
+            Method::GET | Method::HEAD => &self.read,
+            _ => &self.mutating,
+        };
+        pool.clone().try_acquire_owned().map(Some).map_err(|_| ApiError::too_many_requests("Too many requests, please try again later.", 1))
+    }
+}
+
 /// Connects to etcd, starts the caches and background loops, and serves HTTP until `shutdown`.
 /// Calls `on_listen` with the bound address (port 0 picks a free one).
 pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
@@ -64,10 +81,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     }
     tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::namespaces::bootstrap(shard.clone()));
-    let limits = InflightLimits {
-        read: Arc::new(tokio::sync::Semaphore::new(config.max_requests_inflight.max(1))),
-        mutating: Arc::new(tokio::sync::Semaphore::new(config.max_mutating_inflight.max(1))),
-    };
+    let limits = InflightLimits::new(config.max_requests_inflight, config.max_mutating_inflight);
     let app = router(shard, limits);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     on_listen(listener.local_addr()?);
@@ -83,7 +97,8 @@ pub fn router(shard: Arc<Shard>, limits: InflightLimits) -> Router {
     Router::new().fallback(dispatch).with_state((shard, limits))
 }
 
-fn labels_for(method: &Method, target: Option<&path::Target>, watch: bool) -> (String, String, String, String, String, String) {
+/// The upstream metric labels of a request: (verb, group, version, resource, subresource, scope).
+pub fn labels_for(method: &Method, target: Option<&path::Target>, watch: bool) -> (String, String, String, String, String, String) {
     let Some(t) = target else { return (method.as_str().to_owned(), String::new(), String::new(), String::new(), String::new(), String::new()) };
     let verb = match (method.as_str(), t.name.is_some(), watch) {
         ("GET", _, true) => "WATCH",
@@ -109,19 +124,12 @@ async fn dispatch(State((shard, limits)): State<(Arc<Shard>, InflightLimits)>, r
     let watch = target.as_ref().is_some_and(|t| t.name.is_none()) && method == Method::GET && handlers::form_value(&query, "watch").is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"));
     let (verb, group, version, resource, sub, scope) = labels_for(&method, target.as_ref(), watch);
     let span = tracing::info_span!("request", %verb, %path, resource = %resource, shard = %shard.id);
-    let pool = match method {
-        _ if watch => None,
-        Method::GET | Method::HEAD => Some(&limits.read),
-        _ => Some(&limits.mutating),
-    };
-    let _permit = match pool.map(|p| p.clone().try_acquire_owned()) {
-        Some(Err(_)) => {
-            let resp = body::error(&ApiError::too_many_requests("Too many requests, please try again later.", 1));
+    let _permit = match limits.admit(&method, watch) {
+        Ok(p) => p,
+        Err(e) => {
             shard.metrics.requests.with_label_values(&[&verb, &group, &version, &resource, &sub, &scope, "apiserver", "429"]).inc();
-            return resp;
+            return body::error(&e);
         }
-        Some(Ok(p)) => Some(p),
-        None => None,
     };
     let resp = async {
         let (parts, body) = req.into_parts();

@@ -502,7 +502,7 @@ async fn tables_and_partial_metadata_as_upstream_renders_them() {
 
 #[tokio::test]
 async fn deletecollection_health_and_metrics() {
-    // A shard's own metrics (the router has none yet: issue #3).
+    // A shard's own metrics: storage objects are counted by shards (a router counts requests).
     let etcd = Etcd::start().await;
     let s = TestShard::start_shard(test_config(&etcd, RangeSet::full())).await;
     s.namespace("demo").await;

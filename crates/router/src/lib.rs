@@ -5,7 +5,9 @@
 //! with the coordinator crate, and streams the result back, so every client sees one
 //! kube-apiserver.
 //!
-//! It must stay thin: no cache, no storage, no merge logic of its own (that is
+//! It reuses the shard crate's request labels, in-flight bounds and metrics (so a router and a
+//! shard count requests alike), and links the shard command line so the `shard-router` binary can
+//! run shards as child processes. It must stay thin: no cache, no storage, no merge logic of its own (that is
 //! `shardplane-coordinator`'s), and it must never present a partial LIST as whole or a watch with
 //! a gap: a shard that fails turns into a 503 Status or the clean end of a watch.
 

@@ -3,6 +3,9 @@
 
 use crate::forward::{passthrough, Shards};
 use crate::{list, watch};
+use shardplane_shard::metrics::Metrics;
+use shardplane_shard::server::{labels_for, InflightLimits};
+use shardplane_shard::handlers::form_value;
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, Response, StatusCode};
@@ -27,6 +30,13 @@ pub struct RouterConfig {
     pub bookmark_interval: std::time::Duration,
 }
 
+/// Per-router state besides the shards: the in-flight bound on fan-out and the metrics.
+struct Front {
+    shards: Arc<Shards>,
+    limits: InflightLimits,
+    metrics: Metrics,
+}
+
 /// Serves until `shutdown`; calls `on_listen` with the bound address.
 pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     if config.shard_urls.is_empty() {
@@ -38,7 +48,9 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
 /// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`.
 pub async fn serve_shards(shards: Arc<Shards>, listen: SocketAddr, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let config = RouterConfig { listen, shard_urls: shards.urls(), bookmark_interval: shards.bookmark_interval };
-    let app = Router::new().fallback(dispatch).with_state(shards);
+    // The router bounds what it fans out like a shard bounds what it serves (upstream defaults).
+    let front = Arc::new(Front { shards, limits: InflightLimits::new(400, 200), metrics: Metrics::new() });
+    let app = Router::new().fallback(dispatch).with_state(front);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = config.shard_urls.len(), "router serving");
@@ -52,12 +64,26 @@ fn error(e: &ApiError) -> Response<Body> {
     r
 }
 
-async fn dispatch(State(shards): State<Arc<Shards>>, req: Request) -> Response<Body> {
+async fn dispatch(State(front): State<Arc<Front>>, req: Request) -> Response<Body> {
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
+    let shards = front.shards.clone();
+    if method == Method::GET && path == "/metrics" {
+        let mut r = Response::new(Body::from(front.metrics.render()));
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+        return r;
+    }
+    let target = request_path::parse(&path, &shards.resources);
+    let watch = target.as_ref().is_some_and(|t| t.name.is_none()) && method == Method::GET && form_value(&query, "watch").is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"));
+    let (verb, group, version, resource, sub, scope) = labels_for(&method, target.as_ref(), watch);
+    let started = std::time::Instant::now();
+    let _permit = match front.limits.admit(&method, watch) {
+        Ok(p) => p,
+        Err(e) => return error(&e),
+    };
     let span = tracing::info_span!("route", %method, %path);
-    async move {
+    let resp = async move {
         let (parts, body) = req.into_parts();
         let body = match axum::body::to_bytes(body, 3 * 1024 * 1024 + 1).await {
             Ok(b) if b.len() <= 3 * 1024 * 1024 => b,
@@ -69,7 +95,15 @@ async fn dispatch(State(shards): State<Arc<Shards>>, req: Request) -> Response<B
         }
     }
     .instrument(span)
-    .await
+    .await;
+    if !resource.is_empty() {
+        let code = resp.status().as_u16().to_string();
+        front.metrics.requests.with_label_values(&[&verb, &group, &version, &resource, &sub, &scope, "apiserver", &code]).inc();
+        if !watch {
+            front.metrics.duration.with_label_values(&[&verb, &group, &version, &resource, &sub, &scope, "apiserver"]).observe(started.elapsed().as_secs_f64());
+        }
+    }
+    resp
 }
 
 async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, headers: &axum::http::HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {

@@ -227,3 +227,16 @@ async fn a_shard_that_is_down_gives_503_for_its_keys_and_for_fan_out_never_a_par
     assert_eq!(resp.status(), 500);
     stop.cancel();
 }
+
+#[tokio::test]
+async fn router_metrics_count_requests_with_upstream_names() {
+    let c = cluster(2).await;
+    let r = &c.router;
+    let series = r#"apiserver_request_total{code="201",component="apiserver",group="",resource="configmaps",scope="namespace",subresource="",verb="POST",version="v1"}"#;
+    let value = |text: &str| text.lines().find_map(|l| l.strip_prefix(series)).map_or(0, |v| v.trim().parse::<u64>().unwrap());
+    let before = value(&client().get(format!("{}/metrics", r.url)).send().await.unwrap().text().await.unwrap());
+    assert_eq!(r.post(CM, &configmap("m1", json!({}))).await.0, 201);
+    let text = client().get(format!("{}/metrics", r.url)).send().await.unwrap().text().await.unwrap();
+    assert_eq!(value(&text), before + 1, "{text}");
+    assert!(text.contains("apiserver_request_duration_seconds_bucket{"));
+}
