@@ -22,7 +22,8 @@ use tokio_stream::wrappers::ReceiverStream;
 
 /// Events held back for a lagging shard before the client's watch is ended (it resumes).
 const HELD_BACK: usize = 10_000;
-/// How often lagging shards are asked for a progress mark while events wait.
+/// Lagging shards are asked for a progress mark as soon as an event waits on them, then again
+/// at most this often while it still waits.
 const PROGRESS_EVERY: Duration = Duration::from_millis(20);
 
 enum Line {
@@ -125,6 +126,21 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
         let mut ask = tokio::time::interval(PROGRESS_EVERY);
         let mut bookmarks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let mut bookmarked = start;
+        let mut asked = vec![tokio::time::Instant::now() - PROGRESS_EVERY; k];
+        // Asks the shards holding back an event for a mark; never waits for the answer (it comes
+        // in-band on their streams).
+        let ask_lagging = |merge: &WatchMerge<Bytes>, asked: &mut Vec<tokio::time::Instant>| {
+            let now = tokio::time::Instant::now();
+            for shard in merge.lagging() {
+                if now.duration_since(asked[shard]) >= PROGRESS_EVERY {
+                    asked[shard] = now;
+                    let req = http.post(format!("{}{progress_path}", urls[shard]));
+                    tokio::spawn(async move {
+                        let _ = req.send().await;
+                    });
+                }
+            }
+        };
         loop {
             tokio::select! {
                 msg = in_rx.recv() => {
@@ -150,12 +166,9 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
                     if merge.finished() {
                         break;
                     }
+                    ask_lagging(&merge, &mut asked);
                 }
-                _ = ask.tick() => {
-                    for shard in merge.lagging() {
-                        let _ = http.post(format!("{}{progress_path}", urls[shard])).send().await;
-                    }
-                }
+                _ = ask.tick() => ask_lagging(&merge, &mut asked),
                 _ = bookmarks.tick(), if allow_bookmarks => {
                     if let Some(rv) = merge.bookmark().filter(|rv| *rv > bookmarked) {
                         bookmarked = rv;
