@@ -91,6 +91,19 @@ impl Shards {
         Ok((status, content_type, json))
     }
 
+    /// GET returning the status, content type and raw body.
+    pub async fn get_bytes(&self, base: &str, path_and_query: &str, accept: Option<&HeaderValue>) -> Result<(StatusCode, Option<HeaderValue>, Bytes), ApiError> {
+        let mut req = self.http.get(format!("{base}{path_and_query}"));
+        if let Some(a) = accept {
+            req = req.header(header::ACCEPT, a);
+        }
+        let resp = req.send().await.map_err(|e| unavailable(base, &e))?;
+        let status = resp.status();
+        let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
+        let body = resp.bytes().await.map_err(|e| unavailable(base, &e))?;
+        Ok((status, content_type, body))
+    }
+
     /// etcd's current revision, as a shard reads it.
     pub async fn current_revision(&self) -> Result<u64, ApiError> {
         let base = self.urls()[0].clone();

@@ -4,6 +4,7 @@
 use crate::forward::{passthrough, Shards};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Response, StatusCode};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
@@ -23,11 +24,50 @@ fn form_urlencoded_filter(query: &str, keep: impl Fn(&str) -> bool) -> String {
     query.split('&').filter(|p| !p.is_empty()).filter(|p| keep(p.split('=').next().unwrap_or(""))).collect::<Vec<_>>().join("&")
 }
 
+/// A shard's list answer with its entries left as raw JSON: a JSON list, a
+/// PartialObjectMetadataList or a Table. Only each entry's key is parsed.
+#[derive(serde::Deserialize)]
+struct RawList {
+    kind: String,
+    #[serde(rename = "apiVersion")]
+    api_version: String,
+    #[serde(default)]
+    metadata: Value,
+    #[serde(default)]
+    items: Option<Vec<Box<RawValue>>>,
+    #[serde(default)]
+    rows: Option<Vec<Box<RawValue>>>,
+    #[serde(rename = "columnDefinitions", default)]
+    column_definitions: Option<Box<RawValue>>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct KeyMeta {
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(serde::Deserialize)]
+struct KeyObject {
+    #[serde(default)]
+    metadata: KeyMeta,
+}
+
+#[derive(serde::Deserialize)]
+struct Keyed {
+    #[serde(default)]
+    metadata: Option<KeyMeta>,
+    #[serde(default)]
+    object: Option<KeyObject>,
+}
+
 /// (namespace, name) of a list entry: an object, a PartialObjectMetadata, or a Table row.
-fn entry_key(e: &Value) -> (String, String) {
-    let meta = e.get("metadata").or_else(|| e.pointer("/object/metadata")).cloned().unwrap_or(Value::Null);
-    let s = |f: &str| meta.get(f).and_then(Value::as_str).unwrap_or("").to_owned();
-    (s("namespace"), s("name"))
+fn entry_key(e: &RawValue) -> (String, String) {
+    let k: Keyed = serde_json::from_str(e.get()).unwrap_or(Keyed { metadata: None, object: None });
+    let m = k.metadata.or(k.object.map(|o| o.metadata)).unwrap_or_default();
+    (m.namespace, m.name)
 }
 
 /// The revision a LIST reads every shard at, and the key it resumes after.
@@ -51,9 +91,16 @@ pub async fn revision_and_start(shards: &Shards, o: &ListOptions) -> Result<(u64
     Ok((rv, None))
 }
 
-/// One merged page at `rv` after `after`. Returns the first shard's response with the merged
-/// entries, or a shard's error answer verbatim.
-pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Result<(Value, Option<axum::http::HeaderValue>, Option<(String, String)>), Response<Body>>, ApiError> {
+/// A merged page: the list's JSON (with the continue token, if any) and its content type.
+pub struct MergedList {
+    pub body: Vec<u8>,
+    pub content_type: Option<axum::http::HeaderValue>,
+    /// The raw entries, for callers that emit them one by one (a watch's initial state).
+    pub entries: Vec<Box<RawValue>>,
+}
+
+/// One merged page at `rv` after `after`, or a shard's error answer verbatim.
+pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Result<MergedList, Response<Body>>, ApiError> {
     let path = target_path(t);
     let mut q = passed_query(query, &[]);
     let mut push = |kv: String| {
@@ -72,33 +119,32 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
     let accept = headers.get(header::ACCEPT);
     let pq = format!("{path}?{q}");
     let urls = shards.urls();
-    let answers = futures::future::join_all(urls.iter().map(|u| shards.get_json(u, &pq, accept))).await;
+    let answers = futures::future::join_all(urls.iter().map(|u| shards.get_bytes(u, &pq, accept))).await;
     let mut pages = Vec::new();
-    let mut template: Option<(Value, Option<axum::http::HeaderValue>)> = None;
+    let mut template: Option<(RawList, Option<axum::http::HeaderValue>)> = None;
     let mut remaining: Option<u64> = Some(0);
     for a in answers {
-        let (status, ct, body) = a?;
+        let (status, ct, bytes) = a?;
         if !status.is_success() {
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             return Ok(Err(passthrough(status, &body)));
         }
-        let field = if body.get("rows").is_some() { "rows" } else { "items" };
-        let entries: Vec<Value> = body[field].as_array().cloned().unwrap_or_default();
-        let more = body.pointer("/metadata/continue").and_then(Value::as_str).is_some_and(|c| !c.is_empty());
-        remaining = match (remaining, body.pointer("/metadata/remainingItemCount").and_then(Value::as_u64)) {
+        let mut list: RawList = serde_json::from_slice(&bytes).map_err(|e| ApiError::unavailable(format!("a shard answered with an unreadable list: {e}")))?;
+        let entries = list.rows.take().or(list.items.take()).unwrap_or_default();
+        let more = list.metadata.get("continue").and_then(Value::as_str).is_some_and(|c| !c.is_empty());
+        remaining = match (remaining, list.metadata.get("remainingItemCount").and_then(Value::as_u64)) {
             (Some(r), Some(x)) => Some(r + x),
             (Some(r), None) if !more => Some(r),
             _ => None,
         };
         pages.push(ShardPage { items: entries.into_iter().map(|e| (entry_key(&e), e)).collect(), more });
-        template.get_or_insert((body, ct));
+        template.get_or_insert((list, ct));
     }
     let fetched: usize = pages.iter().map(|p| p.items.len()).sum();
     let merged = merge(pages, limit.map(|l| l as usize)).map_err(|e| ApiError::internal(format!("shard pages do not merge: {e}")))?;
-    let (mut body, ct) = template.expect("at least one shard");
-    let field = if body.get("rows").is_some() { "rows" } else { "items" };
+    let (list, ct) = template.expect("at least one shard");
     let returned = merged.items.len();
-    body[field] = Value::Array(merged.items.into_iter().map(|(_, e)| e).collect());
-    let meta = body["metadata"].as_object_mut().expect("list metadata");
+    let mut meta = list.metadata.as_object().cloned().unwrap_or_default();
     meta.insert("resourceVersion".into(), json!(rv.to_string()));
     meta.remove("continue");
     meta.remove("remainingItemCount");
@@ -108,7 +154,28 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
             meta.insert("remainingItemCount".into(), json!(r + (fetched - returned) as u64));
         }
     }
-    Ok(Ok((body, ct, merged.continue_after)))
+    let entries: Vec<Box<RawValue>> = merged.items.into_iter().map(|(_, e)| e).collect();
+    // Write the list around the entries' bytes, as a shard does: no entry is re-encoded.
+    let mut body = Vec::with_capacity(entries.iter().map(|e| e.get().len() + 1).sum::<usize>() + 256);
+    body.extend_from_slice(b"{\"kind\":");
+    body.extend(serde_json::to_vec(&list.kind).expect("json"));
+    body.extend_from_slice(b",\"apiVersion\":");
+    body.extend(serde_json::to_vec(&list.api_version).expect("json"));
+    body.extend_from_slice(b",\"metadata\":");
+    body.extend(serde_json::to_vec(&meta).expect("json"));
+    if let Some(cols) = &list.column_definitions {
+        body.extend_from_slice(b",\"columnDefinitions\":");
+        body.extend_from_slice(cols.get().as_bytes());
+    }
+    body.extend_from_slice(if list.kind == "Table" { b",\"rows\":[" } else { b",\"items\":[" });
+    for (i, e) in entries.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.extend_from_slice(e.get().as_bytes());
+    }
+    body.extend_from_slice(b"]}");
+    Ok(Ok(MergedList { body, content_type: ct, entries }))
 }
 
 /// The resource path of a target (collection).
@@ -125,10 +192,10 @@ pub async fn list(shards: &Shards, t: &Target, o: &ListOptions, query: &str, hea
     let (rv, after) = revision_and_start(shards, o).await?;
     match merged_page(shards, t, query, headers, rv, after, o.limit).await? {
         Err(shard_error) => Ok(shard_error),
-        Ok((body, ct, _)) => {
-            let mut r = Response::new(Body::from(serde_json::to_vec(&body).expect("json")));
+        Ok(page) => {
+            let mut r = Response::new(Body::from(page.body));
             *r.status_mut() = StatusCode::OK;
-            r.headers_mut().insert(header::CONTENT_TYPE, ct.unwrap_or(axum::http::HeaderValue::from_static("application/json")));
+            r.headers_mut().insert(header::CONTENT_TYPE, page.content_type.unwrap_or(axum::http::HeaderValue::from_static("application/json")));
             Ok(r)
         }
     }

@@ -42,14 +42,10 @@ fn classify(line: &[u8]) -> Option<Line> {
     }
 }
 
-fn event_line(kind: &str, object: &Value) -> Bytes {
-    watch_event::line(kind, &serde_json::to_vec(object).expect("json"))
-}
-
 /// Serves a merged WATCH.
 pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
     // Where every shard stream starts, and the initial state (read at that one revision).
-    let (start, initial): (u64, Option<Vec<Value>>) = match o.watch_start() {
+    let (start, initial): (u64, Option<Vec<Box<serde_json::value::RawValue>>>) = match o.watch_start() {
         WatchStart::After(rv) => (rv, None),
         _ => {
             let (rv, _) = revision_and_start(&shards, &ListOptions { continue_token: None, limit: None, ..o.clone() }).await?;
@@ -58,7 +54,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
             let list_query = passed_query(query, &["sendInitialEvents", "timeoutSeconds", "progressBookmarks"]);
             match merged_page(&shards, &t, &list_query, &json_only, rv, None, None).await? {
                 Err(shard_error) => return Ok(shard_error),
-                Ok((body, _, _)) => (rv, Some(body["items"].as_array().cloned().unwrap_or_default())),
+                Ok(page) => (rv, Some(page.entries)),
             }
         }
     };
@@ -114,7 +110,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
     tokio::spawn(async move {
         if let Some(items) = initial {
             for item in &items {
-                if tx.send(event_line("ADDED", item)).await.is_err() {
+                if tx.send(watch_event::line("ADDED", item.get().as_bytes())).await.is_err() {
                     return;
                 }
             }
