@@ -24,7 +24,7 @@ use tokio_stream::wrappers::ReceiverStream;
 const HELD_BACK: usize = 10_000;
 /// Lagging shards are asked for a progress mark as soon as an event waits on them, then again
 /// at most this often while it still waits.
-const PROGRESS_EVERY: Duration = Duration::from_millis(20);
+const PROGRESS_EVERY: Duration = Duration::from_millis(2);
 
 enum Line {
     Event(u64, Bytes),
