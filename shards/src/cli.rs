@@ -48,6 +48,10 @@ struct Args {
     max_mutating_requests_inflight: usize,
 }
 
+/// Set by a parent (shard-router) that holds the shard's stdin open: the shard stops when it
+/// reads end-of-file there, so it never outlives its parent.
+pub const EXIT_WITH_STDIN: &str = "SHARDPLANE_EXIT_WITH_STDIN";
+
 /// A token cancelled on SIGINT (Ctrl-C) or SIGTERM. Call inside a tokio runtime.
 pub fn shutdown_on_signal() -> CancellationToken {
     let shutdown = CancellationToken::new();
@@ -99,6 +103,18 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         max_mutating_inflight: args.max_mutating_requests_inflight,
     };
     let shutdown = shutdown_on_signal();
+    if std::env::var_os(EXIT_WITH_STDIN).is_some() {
+        // Started by a parent that holds our stdin open: when it dies, even by SIGKILL, the pipe
+        // closes and this shard stops too.
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            let mut stdin = tokio::io::stdin();
+            let mut buf = [0u8; 64];
+            while matches!(tokio::io::AsyncReadExt::read(&mut stdin, &mut buf).await, Ok(n) if n > 0) {}
+            tracing::warn!("parent process is gone; shutting down");
+            token.cancel();
+        });
+    }
     match serve(config, shutdown, |addr| println!("listening on {addr}")).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

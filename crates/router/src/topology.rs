@@ -1,6 +1,7 @@
 //! The local topology: K shard processes, each this binary run as `<exe> shard ...` on one
 //! equal slice of the hash space, supervised: one that dies is started again on the same range
-//! and the range map points at its new address; on shutdown all are stopped. The shards are
+//! and the range map points at its new address; on shutdown all are stopped, and if the router
+//! itself dies (even by SIGKILL) each shard sees its stdin pipe close and stops. The shards are
 //! separate OS processes (the memory-per-shard claim depends on it), yet `cargo run --bin
 //! shard-router` needs no separate build step.
 
@@ -46,6 +47,8 @@ async fn spawn_shard(exe: &Path, etcd: &[String], i: usize, range: HashRange) ->
     let mut child = Command::new(exe)
         .arg("shard")
         .args(["--etcd-endpoints", &etcd.join(","), "--listen", "127.0.0.1:0", "--range", &range.to_string(), "--id", &format!("shard-{i}")])
+        .env(shardplane_shard::cli::EXIT_WITH_STDIN, "1")
+        .stdin(Stdio::piped()) // held open by the Child; closes when this process dies
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
@@ -68,6 +71,9 @@ async fn spawn_shard(exe: &Path, etcd: &[String], i: usize, range: HashRange) ->
 }
 
 async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLaunch, shards: Arc<Shards>, shutdown: CancellationToken) {
+    // Hold the child's stdin outside the Child: `Child::wait` closes stdin before waiting, and a
+    // closed stdin tells the shard its parent is gone.
+    let mut _stdin = child.stdin.take();
     loop {
         tokio::select! {
             status = child.wait() => {
@@ -81,8 +87,9 @@ async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLa
                         _ = shutdown.cancelled() => return,
                     }
                     match spawn_shard(&launch.exe, &launch.etcd_endpoints, i, range).await {
-                        Ok((c, url)) => {
+                        Ok((mut c, url)) => {
                             shards.set_url(i, url);
+                            _stdin = c.stdin.take();
                             child = c;
                             break;
                         }

@@ -10,6 +10,17 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Kills the router if the test ends early (a failed assertion), so no process outlives it; its
+/// shards die with it (they are killed on drop by the router, or orphaned and then killed here).
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// shard-router processes (router or shard) whose command line mentions `needle`.
 fn processes_with(needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
@@ -29,13 +40,13 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     let etcd = Etcd::start().await;
     let dir = std::env::temp_dir().join(format!("shardplane-topology-{}", uuid::Uuid::new_v4()));
     let kubeconfig = dir.join("kubeconfig");
-    let mut router = Command::new(env!("CARGO_BIN_EXE_shard-router"))
+    let mut router = KillOnDrop(Command::new(env!("CARGO_BIN_EXE_shard-router"))
         .args(["--etcd-endpoints", &etcd.endpoint, "--shards", "2", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(router.stdout.take().unwrap()).lines();
+        .unwrap());
+    let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
     let mut pids = Vec::new();
     let addr = loop {
         let line = lines.next().expect("router printed its address").unwrap();
@@ -87,13 +98,31 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     assert_eq!(list["items"].as_array().unwrap().len(), 21);
 
     // SIGTERM: the router stops its shards and exits.
-    send_signal(router.id() as i32, 15);
+    send_signal(router.0.id() as i32, 15);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while router.try_wait().unwrap().is_none() {
+    while router.0.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "router did not exit after SIGTERM");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(processes_with(&etcd.endpoint), Vec::<u32>::new(), "shard processes left running");
+
+    // A router killed outright (SIGKILL, no chance to clean up) still leaves no shard behind.
+    let mut router = KillOnDrop(Command::new(env!("CARGO_BIN_EXE_shard-router"))
+        .args(["--etcd-endpoints", &etcd.endpoint, "--shards", "2", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap());
+    let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
+    while !lines.next().expect("router output").unwrap().starts_with("listening on ") {}
+    assert_eq!(processes_with(&etcd.endpoint).len(), 3);
+    send_signal(router.0.id() as i32, 9);
+    let _ = router.0.wait();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !processes_with(&etcd.endpoint).is_empty() {
+        assert!(Instant::now() < deadline, "shards outlived a killed router: {:?}", processes_with(&etcd.endpoint));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
