@@ -20,7 +20,6 @@ use shardplane_keyspace::{etcd_layout, HashRange, ObjectKey, RangeSet};
 use shardplane_storage::Storage;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
-use tokio_util::sync::CancellationToken;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -128,18 +127,8 @@ async fn main() {
     for r in HashRange::split_even(args.shards) {
         behind.push(TestShard::start_shard(shardplane_shard::ShardConfig { ranges: RangeSet::from_disjoint(vec![r]).unwrap(), ..cfg.clone() }).await);
     }
-    let stop = CancellationToken::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: behind.iter().map(|s| s.url.clone()).collect(), bookmark_interval: Duration::from_secs(60) };
-    let token = stop.clone();
-    tokio::spawn(async move {
-        shardplane_router::serve(rc, token, move |a| {
-            let _ = tx.send(a);
-        })
-        .await
-        .unwrap()
-    });
-    let router = format!("http://{}", rx.await.unwrap());
+    let router_handle = TestShard::start_router(behind.iter().map(|s| s.url.clone()).collect(), Duration::from_secs(60)).await;
+    let router = router_handle.url.clone();
     eprintln!("shards and router ready");
 
     let path = "/api/v1/namespaces/bench/configmaps";
@@ -227,5 +216,4 @@ async fn main() {
         r99 - s99
     ));
     println!("{report}");
-    stop.cancel();
 }

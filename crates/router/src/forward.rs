@@ -79,14 +79,7 @@ impl Shards {
 
     /// GET returning the status, content type and body as JSON.
     pub async fn get_json(&self, base: &str, path_and_query: &str, accept: Option<&HeaderValue>) -> Result<(StatusCode, Option<HeaderValue>, serde_json::Value), ApiError> {
-        let mut req = self.http.get(format!("{base}{path_and_query}"));
-        if let Some(a) = accept {
-            req = req.header(header::ACCEPT, a);
-        }
-        let resp = req.send().await.map_err(|e| unavailable(base, &e))?;
-        let status = resp.status();
-        let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
-        let body = resp.bytes().await.map_err(|e| unavailable(base, &e))?;
+        let (status, content_type, body) = self.get_bytes(base, path_and_query, accept).await?;
         let json = serde_json::from_slice(&body).map_err(|e| ApiError::unavailable(format!("shard {base} answered with invalid JSON: {e}")))?;
         Ok((status, content_type, json))
     }

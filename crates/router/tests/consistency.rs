@@ -9,11 +9,9 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use shardplane_keyspace::{etcd_layout, HashRange, RangeSet};
-use shardplane_router::{serve, RouterConfig};
 use shardplane_storage::{Storage, WatchItem};
 use std::collections::BTreeMap;
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 const CM: &str = "/api/v1/namespaces/demo/configmaps";
 const T: Duration = Duration::from_secs(20);
@@ -63,15 +61,7 @@ async fn watchers_and_lists_through_the_router_equal_etcd() {
     for r in HashRange::split_even(3) {
         shards.push(TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
     }
-    let stop = CancellationToken::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let config = RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: shards.iter().map(|s| s.url.clone()).collect(), bookmark_interval: Duration::from_millis(500) };
-    let token = stop.clone();
-    tokio::spawn(async move { serve(config, token, move |a| {
-            let _ = tx.send(a);
-        }).await.unwrap() });
-    let addr = rx.await.unwrap();
-    let r = TestShard::attach(format!("http://{addr}"), addr);
+    let r = TestShard::start_router(shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
     r.namespace("demo").await;
     let (_, seed) = r.post(CM, &configmap("seed", json!({}))).await;
     let start = rv(&seed);
@@ -155,5 +145,4 @@ async fn watchers_and_lists_through_the_router_equal_etcd() {
         want.sort();
         assert_eq!(got, want, "LIST at {r_at}");
     }
-    stop.cancel();
 }

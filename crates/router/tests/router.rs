@@ -8,9 +8,7 @@ mod common;
 use common::*;
 use serde_json::{json, Value};
 use shardplane_keyspace::{HashRange, RangeSet};
-use shardplane_router::{serve, RouterConfig};
 use std::time::Duration;
-use tokio_util::sync::CancellationToken;
 
 const CM: &str = "/api/v1/namespaces/demo/configmaps";
 const T: Duration = Duration::from_secs(15);
@@ -20,7 +18,6 @@ struct Cluster {
     shards: Vec<TestShard>,
     /// The router, driven through the same helpers as a shard.
     router: TestShard,
-    _stop: CancellationToken,
 }
 
 async fn cluster(k: u32) -> Cluster {
@@ -29,21 +26,9 @@ async fn cluster(k: u32) -> Cluster {
     for r in HashRange::split_even(k) {
         shards.push(TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
     }
-    let stop = CancellationToken::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let config = RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: shards.iter().map(|s| s.url.clone()).collect(), bookmark_interval: Duration::from_millis(500) };
-    let token = stop.clone();
-    tokio::spawn(async move {
-        serve(config, token, move |a| {
-            let _ = tx.send(a);
-        })
-        .await
-        .unwrap()
-    });
-    let addr = rx.await.unwrap();
-    let router = TestShard::attach(format!("http://{addr}"), addr);
+    let router = TestShard::start_router(shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
     router.namespace("demo").await;
-    Cluster { _etcd: etcd, shards, router, _stop: stop }
+    Cluster { _etcd: etcd, shards, router }
 }
 
 fn rv(v: &Value) -> u64 {
@@ -197,19 +182,7 @@ async fn a_shard_that_is_down_gives_503_for_its_keys_and_for_fan_out_never_a_par
     let live = TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![halves[0]]).unwrap())).await;
     // Shard 1's address answers nothing: a port that was free a moment ago.
     let dead = format!("http://127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
-    let stop = CancellationToken::new();
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let config = RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: vec![live.url.clone(), dead], bookmark_interval: Duration::from_secs(60) };
-    let token = stop.clone();
-    tokio::spawn(async move {
-        serve(config, token, move |a| {
-            let _ = tx.send(a);
-        })
-        .await
-        .unwrap()
-    });
-    let addr = rx.await.unwrap();
-    let r = TestShard::attach(format!("http://{addr}"), addr);
+    let r = TestShard::start_router(vec![live.url.clone(), dead], Duration::from_secs(60)).await;
     let owned_by = |name: &str| if halves[0].contains(shardplane_keyspace::ObjectKey::new("", "namespaces", "", name).hash()) { 0 } else { 1 };
     let (up, down) = ((0..).map(|i| format!("ns{i}")).find(|n| owned_by(n) == 0).unwrap(), (0..).map(|i| format!("ns{i}")).find(|n| owned_by(n) == 1).unwrap());
     let ns = |n: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}});
@@ -225,7 +198,6 @@ async fn a_shard_that_is_down_gives_503_for_its_keys_and_for_fan_out_never_a_par
     assert_eq!(resp.status(), 503);
     let resp = client().get(format!("{}/readyz", r.url)).send().await.unwrap();
     assert_eq!(resp.status(), 500);
-    stop.cancel();
 }
 
 #[tokio::test]

@@ -21,6 +21,18 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// The real binary starting 2 shards on `etcd`, writing `kubeconfig`.
+fn spawn_router(etcd: &str, kubeconfig: &std::path::Path) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_shard-router"))
+            .args(["--etcd-endpoints", etcd, "--shards", "2", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 /// shard-router processes (router or shard) whose command line mentions `needle`.
 fn processes_with(needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
@@ -40,12 +52,7 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     let etcd = Etcd::start().await;
     let dir = std::env::temp_dir().join(format!("shardplane-topology-{}", uuid::Uuid::new_v4()));
     let kubeconfig = dir.join("kubeconfig");
-    let mut router = KillOnDrop(Command::new(env!("CARGO_BIN_EXE_shard-router"))
-        .args(["--etcd-endpoints", &etcd.endpoint, "--shards", "2", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap());
+    let mut router = spawn_router(&etcd.endpoint, &kubeconfig);
     let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
     let mut pids = Vec::new();
     let addr = loop {
@@ -107,12 +114,7 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     assert_eq!(processes_with(&etcd.endpoint), Vec::<u32>::new(), "shard processes left running");
 
     // A router killed outright (SIGKILL, no chance to clean up) still leaves no shard behind.
-    let mut router = KillOnDrop(Command::new(env!("CARGO_BIN_EXE_shard-router"))
-        .args(["--etcd-endpoints", &etcd.endpoint, "--shards", "2", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap());
+    let mut router = spawn_router(&etcd.endpoint, &kubeconfig);
     let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
     while !lines.next().expect("router output").unwrap().starts_with("listening on ") {}
     assert_eq!(processes_with(&etcd.endpoint).len(), 3);

@@ -143,17 +143,28 @@ impl TestShard {
         for r in shardplane_keyspace::HashRange::split_even(k) {
             behind.push(Self::start_one(ShardConfig { ranges: RangeSet::from_disjoint(vec![r]).unwrap(), ..config.clone() }).await);
         }
-        let shutdown = CancellationToken::new();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls: behind.iter().map(|s| s.url.clone()).collect(), bookmark_interval: config.bookmark_interval };
-        let token = shutdown.clone();
-        tokio::spawn(async move { shardplane_router::serve(rc, token, move |a| {
-            let _ = tx.send(a);
-        }).await.expect("router serves") });
-        let addr = rx.await.expect("router bound");
-        let s = Self { url: format!("http://{addr}"), addr, shutdown, behind };
+        let mut s = Self::start_router(behind.iter().map(|s| s.url.clone()).collect(), config.bookmark_interval).await;
+        s.behind = behind;
         wait_for(Duration::from_secs(20), || async { client().get(format!("{}/readyz", s.url)).send().await.is_ok_and(|r| r.status() == 200) }).await;
         s
+    }
+
+    /// A router served in-process in front of `shard_urls` (shard i owns the i-th of K equal
+    /// ranges); it stops when the handle is dropped. Does not wait for the shards to be ready.
+    pub async fn start_router(shard_urls: Vec<String>, bookmark_interval: Duration) -> Self {
+        let shutdown = CancellationToken::new();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls, bookmark_interval };
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            shardplane_router::serve(rc, token, move |a| {
+                let _ = tx.send(a);
+            })
+            .await
+            .expect("router serves")
+        });
+        let addr = rx.await.expect("router bound");
+        Self { url: format!("http://{addr}"), addr, shutdown, behind: Vec::new() }
     }
 
     /// Always a shard, never a router: for tests of a shard's own surface (its progress side
