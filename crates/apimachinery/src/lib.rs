@@ -1,10 +1,12 @@
 //! # shardplane-apimachinery
 //!
 //! Owns the Kubernetes API conventions every shardplane process speaks: the `Status` error objects
-//! ([`status`]), the table of served resources ([`resources`]), list and watch options with
-//! upstream's resourceVersion rules ([`list_options`]), label and field selectors
-//! ([`selectors`]), continue tokens ([`continue_token`]), object metadata rules ([`meta`]) and the
-//! three patch formats ([`patch`]).
+//! ([`status`]), the table of served resources ([`resources`]) and request paths to them
+//! ([`request_path`]), list and watch options with upstream's resourceVersion rules
+//! ([`list_options`]), label and field selectors ([`selectors`]), continue tokens
+//! ([`continue_token`]), object metadata rules ([`meta`]) and field defaults ([`defaults`]), the
+//! three patch formats ([`patch`]), protobuf request bodies ([`protobuf`]), OpenAPI documents and
+//! schema-driven field validation ([`openapi`]), and watch event framing ([`watch_event`]).
 //!
 //! It must never do I/O or hold state: it turns requests into validated values and objects into
 //! objects, so the shard, the router and the conformance suite all agree on one reading of the API.
