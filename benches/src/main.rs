@@ -125,9 +125,9 @@ async fn main() {
     let one = TestShard::start_shard(cfg.clone()).await;
     let mut behind = Vec::new();
     for r in HashRange::split_even(args.shards) {
-        behind.push(TestShard::start_shard(shardplane_shard::ShardConfig { ranges: RangeSet::from_disjoint(vec![r]).unwrap(), ..cfg.clone() }).await);
+        behind.push(TestShard::start_shard(shardplane_shard::ShardConfig { ranges: RangeSet::from_disjoint(vec![r]).unwrap(), id: format!("bench-{r}"), ..cfg.clone() }).await);
     }
-    let router_handle = TestShard::start_router(behind.iter().map(|s| s.url.clone()).collect(), Duration::from_secs(60)).await;
+    let router_handle = TestShard::start_router(&[etcd.endpoint.clone()], behind.iter().map(|s| s.url.clone()).collect(), Duration::from_secs(60)).await;
     let router = router_handle.url.clone();
     eprintln!("shards and router ready");
 

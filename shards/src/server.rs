@@ -210,6 +210,11 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         let rev = shard.storage.current_revision().await.map_err(|e| ApiError::unavailable(format!("storage is unavailable: {e}")))?;
         return json_ok(serde_json::json!({"revision": rev.to_string()}));
     }
+    if get && segs.as_slice() == ["shardplane", "v1", "shard"] {
+        // Who this shard is and what it caches: a router builds the range map from these.
+        let ranges: Vec<String> = shard.ranges.ranges().iter().map(|r| r.to_string()).collect();
+        return json_ok(serde_json::json!({"id": shard.id, "ranges": ranges, "epoch": shard.epoch()}));
+    }
     if get {
         use shardplane_apimachinery::openapi;
         match segs.as_slice() {
@@ -228,6 +233,9 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         }
     }
     let Some(t) = target else { return Err(ApiError::path_not_found()) };
+    if let Some(sent) = headers.get(crate::shard::EPOCH_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
+        shard.check_epoch(sent).await?;
+    }
     let repr = if get || *method == Method::DELETE { table::negotiate(headers).ok_or_else(|| ApiError::not_acceptable(accept))? } else { Representation::Json };
     let view = View { repr, include: table::IncludeObject::parse(handlers::form_value(query, "includeObject").as_deref())? };
     let name = t.name.clone();

@@ -3,6 +3,7 @@
 use shardplane_apimachinery::resources::{builtin_resources, ResourceInfo};
 use shardplane_apimachinery::ApiError;
 use shardplane_keyspace::{etcd_layout, HashRange, ObjectKey, RangeSet};
+use shardplane_storage::range_map::StoredRangeMap;
 use shardplane_storage::Storage;
 use shardplane_watchcache::reflector::{self, KeyRange};
 use shardplane_watchcache::{CacheConfig, ObjectCodec, WatchCache};
@@ -18,13 +19,27 @@ pub struct Served {
     pub cache: Arc<WatchCache>,
 }
 
+/// This shard's reading of the stored range map.
+#[derive(Clone, Debug, Default)]
+struct MapView {
+    /// The map's epoch (0 before any map is stored).
+    epoch: u64,
+    /// The ranges the map gives this shard; `None` while no map is stored (then the shard owns
+    /// what it caches, as a standalone shard does).
+    assigned: Option<RangeSet>,
+}
+
+/// The request header carrying the range-map epoch a router routed the request under.
+pub const EPOCH_HEADER: &str = "shardplane-range-epoch";
+
 /// A running shard.
 pub struct Shard {
     pub id: String,
     pub storage: Storage,
+    /// The ranges this shard's caches hold (`--range`).
     pub ranges: RangeSet,
-    /// Range-map epoch this shard was started with (static until the coordinator exists).
-    pub epoch: u64,
+    /// What the stored range map says about this shard (followed from etcd).
+    map: std::sync::RwLock<MapView>,
     pub resources: Vec<Arc<ResourceInfo>>,
     served: HashMap<(&'static str, &'static str), Served>,
     pub shutdown: CancellationToken,
@@ -45,17 +60,66 @@ impl Shard {
             let range = Self::key_range(info, &ranges);
             tokio::spawn(reflector::run(storage.clone(), c, codec, range, shutdown.clone()));
         }
-        Arc::new(Self {
+        let shard = Arc::new(Self {
             id,
             storage,
             ranges,
-            epoch: 0,
+            map: std::sync::RwLock::new(MapView::default()),
             resources,
             served,
             shutdown,
             metrics: crate::metrics::Metrics::new(),
             bookmark_interval,
-        })
+        });
+        tokio::spawn(follow_range_map(shard.clone()));
+        shard
+    }
+
+    /// The range-map epoch this shard is at.
+    pub fn epoch(&self) -> u64 {
+        self.map.read().unwrap_or_else(|p| p.into_inner()).epoch
+    }
+
+    fn apply_map(&self, map: &StoredRangeMap) {
+        let assigned = map.ranges_of(&self.id);
+        let mut view = self.map.write().unwrap_or_else(|p| p.into_inner());
+        if map.epoch < view.epoch {
+            return;
+        }
+        if view.epoch != map.epoch {
+            if assigned.ranges().iter().any(|r| !self.ranges.covers(r)) {
+                tracing::warn!(shard = %self.id, epoch = map.epoch, %assigned, cached = %self.ranges, "the range map gives this shard ranges it does not cache; it refuses their keys");
+            }
+            tracing::info!(shard = %self.id, epoch = map.epoch, %assigned, "range map epoch");
+        }
+        *view = MapView { epoch: map.epoch, assigned: Some(assigned) };
+    }
+
+    /// Reads the stored range map now (a router routed under a newer epoch than ours).
+    pub async fn refresh_map(&self) -> Result<(), ApiError> {
+        let stored = self.storage.load_range_map().await.map_err(|e| ApiError::unavailable(format!("storage is unavailable: {e}")))?;
+        if let Some(v) = stored {
+            self.apply_map(&v.map);
+        }
+        Ok(())
+    }
+
+    /// Refuses a request routed under an older epoch than this shard's (421, the router
+    /// refreshes); reads the map first if the router's is newer.
+    pub async fn check_epoch(&self, sent: u64) -> Result<(), ApiError> {
+        if sent > self.epoch() {
+            self.refresh_map().await?;
+        }
+        let epoch = self.epoch();
+        if sent < epoch {
+            return Err(ApiError::stale_range_map(sent, epoch));
+        }
+        Ok(())
+    }
+
+    /// Whether this shard owns `hash` now: it caches it and the map (if any) gives it to it.
+    pub fn owns(&self, hash: u64) -> bool {
+        self.ranges.contains(hash) && self.map.read().unwrap_or_else(|p| p.into_inner()).assigned.as_ref().is_none_or(|a| a.contains(hash))
     }
 
     /// The etcd key range of `info` the shard follows: the hull of its ranges (one watch stream;
@@ -87,8 +151,10 @@ impl Shard {
     pub fn owned_key(&self, info: &ResourceInfo, namespace: &str, name: &str) -> Result<Vec<u8>, ApiError> {
         let key = ObjectKey::new(info.group, info.plural, namespace, name);
         let h = key.hash();
-        if !self.ranges.contains(h) {
-            return Err(ApiError::not_owned(&key.to_string(), h, &self.ranges.to_string(), self.epoch));
+        if !self.owns(h) {
+            let view = self.map.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let ranges = view.assigned.unwrap_or_else(|| self.ranges.clone());
+            return Err(ApiError::not_owned(&key.to_string(), h, &ranges.to_string(), view.epoch));
         }
         Ok(etcd_layout::object_key(&key).into_bytes())
     }
@@ -96,5 +162,20 @@ impl Shard {
     /// The etcd key of any object (for reads of keys other shards own, such as namespaces).
     pub fn any_key(info: &ResourceInfo, namespace: &str, name: &str) -> Vec<u8> {
         etcd_layout::object_key(&ObjectKey::new(info.group, info.plural, namespace, name)).into_bytes()
+    }
+}
+
+/// Keeps the shard's view of the range map current until the shard shuts down.
+async fn follow_range_map(shard: Arc<Shard>) {
+    let mut rx = shard.storage.follow_range_map();
+    loop {
+        let map = rx.borrow_and_update().clone();
+        if let Some(m) = map {
+            shard.apply_map(&m);
+        }
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            _ = shard.shutdown.cancelled() => return,
+        }
     }
 }

@@ -211,6 +211,21 @@ impl ApiError {
             .with_details(StatusDetails { name: key.to_owned(), kind: "shardRange".into(), causes: vec![StatusCause { reason: "RangeEpoch".into(), message: epoch.to_string(), field: String::new() }], ..Default::default() })
     }
 
+    /// 421 with reason `NotOwned`: the request was routed under range-map epoch `sent`, older than
+    /// this shard's `epoch`; the router must refresh its map and route again.
+    pub fn stale_range_map(sent: u64, epoch: u64) -> Self {
+        Self::new(421, "NotOwned", format!("the request was routed under range map epoch {sent}; this shard is at epoch {epoch}"))
+            .with_details(StatusDetails { kind: "shardRange".into(), causes: vec![StatusCause { reason: "RangeEpoch".into(), message: epoch.to_string(), field: String::new() }], ..Default::default() })
+    }
+
+    /// The shard's epoch in a `NotOwned` Status body, if it is one.
+    pub fn refusal_epoch(body: &Value) -> Option<u64> {
+        if body["reason"] != "NotOwned" {
+            return None;
+        }
+        body.pointer("/details/causes")?.as_array()?.iter().find(|c| c["reason"] == "RangeEpoch")?["message"].as_str()?.parse().ok()
+    }
+
     /// The `Status` object as JSON.
     pub fn to_json(&self) -> Vec<u8> {
         serde_json::to_vec(&StatusBody {

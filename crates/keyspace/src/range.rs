@@ -145,6 +145,13 @@ impl RangeSet {
         idx > 0 && self.ranges[idx - 1].contains(hash)
     }
 
+    /// Whether every hash of `r` is in the set.
+    pub fn covers(&self, r: &HashRange) -> bool {
+        // Adjacent ranges are merged, so a covered range lies inside one range of the set.
+        let idx = self.ranges.partition_point(|x| x.start <= r.start);
+        idx > 0 && self.ranges[idx - 1].end >= r.end
+    }
+
     /// Whether the set covers the whole hash space.
     pub fn is_full(&self) -> bool {
         self.ranges == [HashRange::FULL]
@@ -206,6 +213,13 @@ mod tests {
             let chosen: Vec<HashRange> = all.iter().enumerate().filter(|(i, _)| pick >> (i % 64) & 1 == 1).map(|(_, r)| *r).collect();
             let set = RangeSet::from_disjoint(chosen.clone()).unwrap();
             prop_assert_eq!(set.contains(hash), chosen.iter().any(|r| r.contains(hash)));
+            // A piece of the space is covered exactly when every piece it spans was chosen.
+            for (i, w) in all.windows(2).enumerate() {
+                let span = HashRange::new(w[0].start(), w[1].end()).unwrap();
+                let both = chosen.contains(&w[0]) && chosen.contains(&w[1]);
+                prop_assert_eq!(set.covers(&span), both, "span {} of pieces {} and {}", span, i, i + 1);
+                prop_assert_eq!(set.covers(&w[0]), chosen.contains(&w[0]));
+            }
         }
 
         #[test]

@@ -1,17 +1,26 @@
-//! Talking to shards: the range map, forwarding one request, reading a shard's answer.
+//! Talking to shards: the range map (read from etcd, refreshed on refusal), forwarding one
+//! request, reading a shard's answer.
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, Response, StatusCode};
 use bytes::Bytes;
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::ApiError;
+use shardplane_coordinator::map_store::{self, ShardAddr};
 use shardplane_coordinator::range_map::RangeMap;
-use shardplane_keyspace::placement_hash;
+use shardplane_keyspace::{placement_hash, HashRange};
+use shardplane_shard::shard::EPOCH_HEADER;
+use shardplane_storage::range_map::StoredShard;
+use shardplane_storage::Storage;
 use std::sync::Arc;
+use std::time::Duration;
 
-/// The shards and who owns what. The map's URLs change when a supervised shard restarts.
+/// The shards and who owns what: the range map read from etcd, refreshed when a shard refuses
+/// a request routed under an older epoch (421), and republished when a supervised shard comes
+/// back at a new address.
 pub struct Shards {
-    map: std::sync::RwLock<RangeMap<String>>,
+    table: std::sync::RwLock<RangeMap<ShardAddr>>,
+    storage: Storage,
     pub http: reqwest::Client,
     pub resources: Vec<Arc<ResourceInfo>>,
     /// Bookmarks to clients that allow them, this often.
@@ -20,53 +29,130 @@ pub struct Shards {
 
 /// Request headers worth passing to a shard.
 const PASSED: [header::HeaderName; 2] = [header::ACCEPT, header::CONTENT_TYPE];
+/// Tries of one request while shards refuse it for a stale map.
+const ROUTING_ATTEMPTS: u32 = 5;
+/// How long `connect` waits for a shard to answer who it is.
+const DESCRIBE_WITHIN: Duration = Duration::from_secs(60);
 
 impl Shards {
-    /// Shards at `urls`; shard i owns the i-th of K equal ranges (epoch 0).
-    pub fn new(urls: Vec<String>, bookmark_interval: std::time::Duration) -> std::io::Result<Arc<Self>> {
+    /// Fronts the shards at `urls`: asks each who it is and what it caches, publishes the range
+    /// map those answers make (a new epoch only if ownership changed) and routes by it.
+    pub async fn connect(storage: Storage, urls: Vec<String>, bookmark_interval: Duration) -> std::io::Result<Arc<Self>> {
+        let http = reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?;
+        let mut described = Vec::new();
+        for url in &urls {
+            described.push(describe(&http, url.trim_end_matches('/')).await?);
+        }
+        let stored = map_store::publish(&storage, described).await.map_err(std::io::Error::other)?;
+        let table = map_store::routing_table(&stored).map_err(std::io::Error::other)?;
+        tracing::info!(epoch = table.epoch(), shards = stored.shards.len(), "range map published");
         Ok(Arc::new(Self {
-            map: std::sync::RwLock::new(RangeMap::even(0, urls.iter().map(|u| u.trim_end_matches('/').to_owned()).collect())),
-            http: reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?,
+            table: std::sync::RwLock::new(table),
+            storage,
+            http,
             resources: shardplane_apimachinery::resources::builtin_resources().into_iter().map(Arc::new).collect(),
             bookmark_interval,
         }))
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, RangeMap<String>> {
-        self.map.read().unwrap_or_else(|p| p.into_inner())
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, RangeMap<ShardAddr>> {
+        self.table.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The range-map epoch.
+    /// The range-map epoch requests are routed under.
     pub fn epoch(&self) -> u64 {
         self.read().epoch()
     }
 
-    /// Every shard URL, in range order.
+    /// Every shard URL once, in range order.
     pub fn urls(&self) -> Vec<String> {
-        self.read().entries().iter().map(|(_, u)| u.clone()).collect()
+        let mut urls: Vec<String> = Vec::new();
+        for (_, s) in self.read().entries() {
+            if !urls.contains(&s.url) {
+                urls.push(s.url.clone());
+            }
+        }
+        urls
     }
 
-    /// Points shard `i` at a new URL (a restarted process on the same range).
-    pub fn set_url(&self, i: usize, url: String) {
-        let mut map = self.map.write().unwrap_or_else(|p| p.into_inner());
-        let entries: Vec<_> = map.entries().iter().enumerate().map(|(j, (r, u))| (*r, if j == i { url.clone() } else { u.clone() })).collect();
-        *map = RangeMap::new(map.epoch(), entries).expect("same ranges");
+    /// Shard `id` now serves at `url` (a restarted process on the same ranges): the map is
+    /// republished with the new address under the same epoch.
+    pub async fn set_url(&self, id: &str, url: String) -> Result<(), ApiError> {
+        let stored = map_store::load(&self.storage).await.map_err(map_unavailable)?.0;
+        let shards = stored.shards.into_iter().map(|s| if s.id == id { StoredShard { url: url.clone(), ..s } } else { s }).collect();
+        let next = map_store::publish(&self.storage, shards).await.map_err(map_unavailable)?;
+        self.install(map_store::routing_table(&next).map_err(map_unavailable)?);
+        Ok(())
+    }
+
+    fn install(&self, table: RangeMap<ShardAddr>) -> bool {
+        let mut current = self.table.write().unwrap_or_else(|p| p.into_inner());
+        if table.epoch() < current.epoch() || *current == table {
+            return false;
+        }
+        tracing::info!(from = current.epoch(), to = table.epoch(), "range map refreshed");
+        *current = table;
+        true
+    }
+
+    /// Reads the stored map again; true if it differs from the one in use.
+    pub async fn refresh(&self) -> Result<bool, ApiError> {
+        let (_, table) = map_store::load(&self.storage).await.map_err(map_unavailable)?;
+        Ok(self.install(table))
+    }
+
+    /// Runs `attempt` (which routes by the current map) until no shard refuses it for a stale
+    /// map: after a 421 the map is read again, and if it has not changed (the shard is ahead of
+    /// what etcd returned, or behind us) the next try waits a little longer.
+    pub async fn routed<T, F, Fut>(&self, mut attempt: F) -> Result<T, ApiError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, ApiError>>,
+    {
+        for i in 0..ROUTING_ATTEMPTS {
+            match attempt().await {
+                Err(e) if e.code == 421 => {
+                    if !self.refresh().await? {
+                        tokio::time::sleep(Duration::from_millis(10 << i)).await;
+                    }
+                }
+                other => return other,
+            }
+        }
+        Err(ApiError::unavailable("the range map is changing; retry the request"))
     }
 
     /// The URL of the shard owning an object.
     pub fn owner(&self, info: &ResourceInfo, namespace: &str, name: &str) -> String {
-        self.read().owner(placement_hash(info.group, info.plural, namespace, name)).clone()
+        self.read().owner(placement_hash(info.group, info.plural, namespace, name)).url.clone()
     }
 
-    /// Sends one request to `base` and returns the shard's response as is.
+    /// Sends one request to the shard owning the object under the current map.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn forward_to_owner(&self, info: &ResourceInfo, namespace: &str, name: &str, method: &Method, path_and_query: &str, headers: &HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
+        let owner = self.owner(info, namespace, name);
+        self.forward(&owner, method, path_and_query, headers, body).await
+    }
+
+    /// A request to a shard, stamped with the epoch it is routed under.
+    pub fn request(&self, method: Method, url: String) -> reqwest::RequestBuilder {
+        self.http.request(method, url).header(EPOCH_HEADER, self.epoch())
+    }
+
+    /// Sends one request to `base` and returns the shard's response as is, except a refusal for
+    /// a stale map, which is an error (code 421) for [`Shards::routed`] to retry.
     pub async fn forward(&self, base: &str, method: &Method, path_and_query: &str, headers: &HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
-        let mut req = self.http.request(method.clone(), format!("{base}{path_and_query}")).body(body);
+        let mut req = self.request(method.clone(), format!("{base}{path_and_query}")).body(body);
         for h in PASSED {
             if let Some(v) = headers.get(&h) {
                 req = req.header(h, v);
             }
         }
         let resp = req.send().await.map_err(|e| unavailable(base, &e))?;
+        if resp.status() == StatusCode::MISDIRECTED_REQUEST {
+            let body = resp.bytes().await.map_err(|e| unavailable(base, &e))?;
+            return Err(refusal(&body));
+        }
         let mut out = Response::builder().status(resp.status());
         for (k, v) in resp.headers() {
             if matches!(k.as_str(), "content-type" | "warning" | "retry-after") {
@@ -84,9 +170,10 @@ impl Shards {
         Ok((status, content_type, json))
     }
 
-    /// GET returning the status, content type and raw body.
+    /// GET returning the status, content type and raw body; a refusal for a stale map is an
+    /// error (code 421).
     pub async fn get_bytes(&self, base: &str, path_and_query: &str, accept: Option<&HeaderValue>) -> Result<(StatusCode, Option<HeaderValue>, Bytes), ApiError> {
-        let mut req = self.http.get(format!("{base}{path_and_query}"));
+        let mut req = self.request(Method::GET, format!("{base}{path_and_query}"));
         if let Some(a) = accept {
             req = req.header(header::ACCEPT, a);
         }
@@ -94,6 +181,9 @@ impl Shards {
         let status = resp.status();
         let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
         let body = resp.bytes().await.map_err(|e| unavailable(base, &e))?;
+        if status == StatusCode::MISDIRECTED_REQUEST {
+            return Err(refusal(&body));
+        }
         Ok((status, content_type, body))
     }
 
@@ -106,6 +196,40 @@ impl Shards {
         }
         v["revision"].as_str().and_then(|r| r.parse().ok()).ok_or_else(|| ApiError::unavailable(format!("shard {base} did not report the revision")))
     }
+}
+
+/// Asks the shard at `url` who it is, waiting for it to come up.
+async fn describe(http: &reqwest::Client, url: &str) -> std::io::Result<StoredShard> {
+    #[derive(serde::Deserialize)]
+    struct Described {
+        id: String,
+        ranges: Vec<String>,
+    }
+    let deadline = tokio::time::Instant::now() + DESCRIBE_WITHIN;
+    loop {
+        match http.get(format!("{url}/shardplane/v1/shard")).send().await {
+            Ok(resp) if resp.status().is_success() => {
+                let d: Described = resp.json().await.map_err(|e| std::io::Error::other(format!("shard {url} described itself unreadably: {e}")))?;
+                let ranges = d.ranges.iter().map(|r| r.parse()).collect::<Result<Vec<HashRange>, _>>().map_err(|e| std::io::Error::other(format!("shard {url}: {e}")))?;
+                return Ok(StoredShard { id: d.id, url: url.to_owned(), ranges });
+            }
+            Ok(resp) => return Err(std::io::Error::other(format!("shard {url} answered {} to /shardplane/v1/shard", resp.status()))),
+            Err(e) if tokio::time::Instant::now() >= deadline => return Err(std::io::Error::other(format!("shard {url} is unreachable: {e}"))),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+/// The error for a shard's 421 answer: carries the shard's epoch for the logs.
+pub fn refusal(body: &[u8]) -> ApiError {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let message = v["message"].as_str().unwrap_or("the shard refused the request for a stale range map");
+    tracing::debug!(shard_epoch = ?ApiError::refusal_epoch(&v), %message, "shard refused a routed request");
+    ApiError::stale_range_map(0, ApiError::refusal_epoch(&v).unwrap_or(0))
+}
+
+fn map_unavailable(e: map_store::MapStoreError) -> ApiError {
+    ApiError::unavailable(format!("the range map is unavailable: {e}"))
 }
 
 /// 503 for a shard that cannot be reached.

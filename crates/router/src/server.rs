@@ -24,8 +24,11 @@ use tracing::Instrument;
 #[derive(Clone, Debug)]
 pub struct RouterConfig {
     pub listen: SocketAddr,
-    /// Shard base URLs; shard i owns the i-th of K equal ranges (epoch 0).
+    /// Base URLs of running shards; each says which ranges it caches, and together they must
+    /// cover the hash space once.
     pub shard_urls: Vec<String>,
+    /// The etcd the shards use: the range map is stored there.
+    pub etcd_endpoints: Vec<String>,
     /// Bookmarks to watch clients that allow them, this often.
     pub bookmark_interval: std::time::Duration,
 }
@@ -42,18 +45,19 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
     if config.shard_urls.is_empty() {
         return Err(std::io::Error::other("no shards: pass --shard-urls"));
     }
-    serve_shards(Shards::new(config.shard_urls, config.bookmark_interval)?, config.listen, shutdown, on_listen).await
+    let storage = shardplane_storage::Storage::connect(&config.etcd_endpoints).await.map_err(std::io::Error::other)?;
+    serve_shards(Shards::connect(storage, config.shard_urls, config.bookmark_interval).await?, config.listen, shutdown, on_listen).await
 }
 
 /// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`.
 pub async fn serve_shards(shards: Arc<Shards>, listen: SocketAddr, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
-    let config = RouterConfig { listen, shard_urls: shards.urls(), bookmark_interval: shards.bookmark_interval };
     // The router bounds what it fans out like a shard bounds what it serves (upstream defaults).
+    let count = shards.urls().len();
     let front = Arc::new(Front { shards, limits: InflightLimits::new(400, 200), metrics: Metrics::new() });
     let app = Router::new().fallback(dispatch).with_state(front);
-    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
-    tracing::info!(addr = %listener.local_addr()?, shards = config.shard_urls.len(), "router serving");
+    tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 
@@ -131,7 +135,11 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
     match (method, t.name.as_deref()) {
         (&Method::GET, None) => {
             let o = ListOptions::parse(query, &t.info)?;
-            if o.watch { watch::watch(shards.clone(), t, o, query, headers).await } else { list::list(shards, &t, &o, query, headers).await }
+            if o.watch {
+                shards.routed(|| watch::watch(shards.clone(), t.clone(), o.clone(), query, headers)).await
+            } else {
+                shards.routed(|| list::list(shards, &t, &o, query, headers)).await
+            }
         }
         (&Method::POST, None) => {
             // The name decides the shard: read it (or pick it for generateName) first.
@@ -151,33 +159,39 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
                 }
             }
             let name = meta::meta_str(&obj, "name").to_owned();
-            let owner = shards.owner(&t.info, &ns, &name);
             let mut json_headers = headers.clone();
             json_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            shards.forward(&owner, method, &pq, &json_headers, Bytes::from(serde_json::to_vec(&obj).expect("json"))).await
+            let body = Bytes::from(serde_json::to_vec(&obj).expect("json"));
+            shards.routed(|| shards.forward_to_owner(&t.info, &ns, &name, method, &pq, &json_headers, body.clone())).await
         }
         (&Method::DELETE, None) => {
             // Every shard deletes what it owns; the answer lists everything deleted.
-            let mut all = Vec::new();
-            let mut template: Option<Value> = None;
-            for u in &shards.urls() {
-                let resp = shards.http.delete(format!("{u}{pq}")).body(body.clone()).header(header::CONTENT_TYPE, "application/json").send().await.map_err(|e| crate::forward::unavailable(u, &e))?;
-                let status = resp.status();
-                let v: Value = resp.json().await.unwrap_or(Value::Null);
-                if !status.is_success() {
-                    return Ok(passthrough(status, &v));
-                }
-                all.extend(v["items"].as_array().cloned().unwrap_or_default());
-                template.get_or_insert(v);
-            }
-            let mut out = template.unwrap_or(Value::Null);
-            out["items"] = Value::Array(all);
-            Ok(passthrough(StatusCode::OK, &out))
+            shards.routed(|| delete_collection(shards, &pq, body.clone())).await
         }
-        (_, Some(name)) => {
-            let owner = shards.owner(&t.info, &ns, name);
-            shards.forward(&owner, method, &pq, headers, body).await
-        }
+        (_, Some(name)) => shards.routed(|| shards.forward_to_owner(&t.info, &ns, name, method, &pq, headers, body.clone())).await,
         (m, None) => Err(ApiError::method_not_allowed(&m.as_str().to_ascii_lowercase(), t.info.group, t.info.plural)),
     }
+}
+
+/// DELETE of a collection on every shard; the answer lists everything deleted.
+async fn delete_collection(shards: &Shards, pq: &str, body: Bytes) -> Result<Response<Body>, ApiError> {
+    let mut all = Vec::new();
+    let mut template: Option<Value> = None;
+    let json = HeaderValue::from_static("application/json");
+    let mut headers = axum::http::HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, json);
+    for u in &shards.urls() {
+        let resp = shards.forward(u, &Method::DELETE, pq, &headers, body.clone()).await?;
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.map_err(|e| ApiError::unavailable(format!("shard {u}: {e}")))?;
+        let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        if !status.is_success() {
+            return Ok(passthrough(status, &v));
+        }
+        all.extend(v["items"].as_array().cloned().unwrap_or_default());
+        template.get_or_insert(v);
+    }
+    let mut out = template.unwrap_or(Value::Null);
+    out["items"] = Value::Array(all);
+    Ok(passthrough(StatusCode::OK, &out))
 }

@@ -1,6 +1,6 @@
 //! The local topology: K shard processes, each this binary run as `<exe> shard ...` on one
 //! equal slice of the hash space, supervised: one that dies is started again on the same range
-//! and the range map points at its new address; on shutdown all are stopped, and if the router
+//! and the range map in etcd gets its new address (same epoch); on shutdown all are stopped, and if the router
 //! itself dies (even by SIGKILL) each shard sees its stdin pipe close and stops. The shards are
 //! separate OS processes (the memory-per-shard claim depends on it), yet `cargo run --bin
 //! shard-router` needs no separate build step.
@@ -31,7 +31,10 @@ pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shu
     for (i, r) in ranges.iter().enumerate() {
         started.push(spawn_shard(&launch.exe, &launch.etcd_endpoints, i, *r).await?);
     }
-    let shards = Shards::new(started.iter().map(|(_, url)| url.clone()).collect(), bookmark_interval)?;
+    // The shards describe themselves; the map they make is published (a new epoch only if the
+    // ranges changed owner since the last run) before the router serves.
+    let storage = shardplane_storage::Storage::connect(&launch.etcd_endpoints).await.map_err(std::io::Error::other)?;
+    let shards = Shards::connect(storage, started.iter().map(|(_, url)| url.clone()).collect(), bookmark_interval).await?;
     let pids = started.iter().map(|(c, _)| c.id().unwrap_or(0)).collect();
     let supervisors = started
         .into_iter()
@@ -46,7 +49,7 @@ pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shu
 async fn spawn_shard(exe: &Path, etcd: &[String], i: usize, range: HashRange) -> std::io::Result<(Child, String)> {
     let mut child = Command::new(exe)
         .arg("shard")
-        .args(["--etcd-endpoints", &etcd.join(","), "--listen", "127.0.0.1:0", "--range", &range.to_string(), "--id", &format!("shard-{i}")])
+        .args(["--etcd-endpoints", &etcd.join(","), "--listen", "127.0.0.1:0", "--range", &range.to_string(), "--id", &shard_id(i)])
         .env(shardplane_shard::cli::EXIT_WITH_STDIN, "1")
         .stdin(Stdio::piped()) // held open by the Child; closes when this process dies
         .stdout(Stdio::piped())
@@ -81,6 +84,7 @@ async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLa
                     return;
                 }
                 tracing::warn!(shard = i, status = ?status, "shard exited; restarting it on the same range");
+                let id = shard_id(i);
                 loop {
                     tokio::select! {
                         _ = tokio::time::sleep(Duration::from_millis(500)) => {}
@@ -88,7 +92,14 @@ async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLa
                     }
                     match spawn_shard(&launch.exe, &launch.etcd_endpoints, i, range).await {
                         Ok((mut c, url)) => {
-                            shards.set_url(i, url);
+                            // Same ranges, new address: the map keeps its epoch.
+                            while let Err(e) = shards.set_url(&id, url.clone()).await {
+                                tracing::warn!(shard = i, error = %e.message, "publishing the new address failed; retrying");
+                                tokio::select! {
+                                    _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                                    _ = shutdown.cancelled() => return,
+                                }
+                            }
                             _stdin = c.stdin.take();
                             child = c;
                             break;
@@ -104,6 +115,12 @@ async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLa
             }
         }
     }
+}
+
+/// The name of the i-th shard of the local topology: stable across restarts, so a restarted
+/// shard keeps its ranges and the map its epoch.
+fn shard_id(i: usize) -> String {
+    format!("shard-{i}")
 }
 
 /// A kubeconfig for `server` (plain HTTP on loopback, no credentials).

@@ -67,11 +67,14 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
     let mut streams = Vec::new();
     let urls = shards.urls();
     for base in &urls {
-        let mut req = shards.http.get(format!("{base}{path}?{q}"));
+        let mut req = shards.request(axum::http::Method::GET, format!("{base}{path}?{q}"));
         if let Some(a) = headers.get(header::ACCEPT) {
             req = req.header(header::ACCEPT, a);
         }
         let resp = req.send().await.map_err(|e| unavailable(base, &e))?;
+        if resp.status() == StatusCode::MISDIRECTED_REQUEST {
+            return Err(crate::forward::refusal(&resp.bytes().await.unwrap_or_default()));
+        }
         if !resp.status().is_success() {
             let status = resp.status();
             let body: Value = resp.json().await.unwrap_or(Value::Null);

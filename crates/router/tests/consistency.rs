@@ -61,7 +61,7 @@ async fn watchers_and_lists_through_the_router_equal_etcd() {
     for r in HashRange::split_even(3) {
         shards.push(TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
     }
-    let r = TestShard::start_router(shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
+    let r = TestShard::start_router(&[etcd.endpoint.clone()], shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
     r.namespace("demo").await;
     let (_, seed) = r.post(CM, &configmap("seed", json!({}))).await;
     let start = rv(&seed);

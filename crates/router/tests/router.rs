@@ -26,7 +26,7 @@ async fn cluster(k: u32) -> Cluster {
     for r in HashRange::split_even(k) {
         shards.push(TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
     }
-    let router = TestShard::start_router(shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
+    let router = TestShard::start_router(&[etcd.endpoint.clone()], shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
     router.namespace("demo").await;
     Cluster { _etcd: etcd, shards, router }
 }
@@ -177,14 +177,16 @@ async fn kube_rs_watcher_through_the_router_sees_every_write_in_order() {
 
 #[tokio::test]
 async fn a_shard_that_is_down_gives_503_for_its_keys_and_for_fan_out_never_a_partial_list() {
-    let etcd = Etcd::start().await;
+    let mut c = cluster(2).await;
     let halves = HashRange::split_even(2);
-    let live = TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![halves[0]]).unwrap())).await;
-    // Shard 1's address answers nothing: a port that was free a moment ago.
-    let dead = format!("http://127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port());
-    let r = TestShard::start_router(vec![live.url.clone(), dead], Duration::from_secs(60)).await;
+    let r = &c.router;
     let owned_by = |name: &str| if halves[0].contains(shardplane_keyspace::ObjectKey::new("", "namespaces", "", name).hash()) { 0 } else { 1 };
     let (up, down) = ((0..).map(|i| format!("ns{i}")).find(|n| owned_by(n) == 0).unwrap(), (0..).map(|i| format!("ns{i}")).find(|n| owned_by(n) == 1).unwrap());
+    // Shard 1 stops; its address then answers nothing.
+    let gone = c.shards.remove(1);
+    let gone_url = gone.url.clone();
+    drop(gone);
+    wait_for(T, || async { client().get(format!("{gone_url}/readyz")).send().await.is_err() }).await;
     let ns = |n: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}});
     assert_eq!(r.post("/api/v1/namespaces", &ns(&up)).await.0, 201);
     let (code, st) = r.post("/api/v1/namespaces", &ns(&down)).await;
@@ -198,6 +200,67 @@ async fn a_shard_that_is_down_gives_503_for_its_keys_and_for_fan_out_never_a_par
     assert_eq!(resp.status(), 503);
     let resp = client().get(format!("{}/readyz", r.url)).send().await.unwrap();
     assert_eq!(resp.status(), 500);
+}
+
+/// What a shard says about itself: its name, what it caches and its range-map epoch.
+async fn described(url: &str) -> Value {
+    client().get(format!("{url}/shardplane/v1/shard")).send().await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_router_publishes_the_range_map_and_a_stale_router_refreshes_it_when_a_shard_refuses() {
+    let c = cluster(2).await;
+    let r = &c.router;
+    let storage = shardplane_storage::Storage::connect(&[c._etcd.endpoint.clone()]).await.unwrap();
+    // The router published the map its shards make: epoch 1, each shard on its half.
+    let stored = storage.load_range_map().await.unwrap().expect("a stored map").map;
+    assert_eq!(stored.epoch, 1);
+    let halves = HashRange::split_even(2);
+    for (s, half) in c.shards.iter().zip(&halves) {
+        let d = described(&s.url).await;
+        let entry = stored.shards.iter().find(|e| e.id == d["id"]).expect("every shard is in the map");
+        assert_eq!((entry.url.as_str(), entry.ranges.as_slice()), (s.url.as_str(), std::slice::from_ref(half)));
+    }
+    wait_for(T, || async { futures::future::join_all(c.shards.iter().map(|s| described(&s.url))).await.iter().all(|d| d["epoch"] == 1) }).await;
+    for i in 0..20 {
+        assert_eq!(r.post(CM, &configmap(&format!("cm-{i:02}"), json!({}))).await.0, 201);
+    }
+    let (_, first_page) = r.get(&format!("{CM}?limit=5")).await;
+    let old_token = first_page["metadata"]["continue"].as_str().unwrap().to_owned();
+
+    // A third shard caching everything takes every range (epoch 2), behind the router's back.
+    let mut cfg = test_config(&c._etcd, RangeSet::full());
+    cfg.id = "whole".into();
+    let whole = TestShard::start_shard(cfg).await;
+    let next = shardplane_coordinator::map_store::publish(&storage, vec![shardplane_storage::range_map::StoredShard { id: "whole".into(), url: whole.url.clone(), ranges: vec![HashRange::FULL] }]).await.unwrap();
+    assert_eq!(next.epoch, 2);
+    let all = [&c.shards[0], &c.shards[1], &whole];
+    wait_for(T, || async { futures::future::join_all(all.iter().map(|s| described(&s.url))).await.iter().all(|d| d["epoch"] == 2) }).await;
+    // The old owners refuse: a request routed under epoch 1, and any key, now that they own none.
+    let stale = client().get(format!("{}{CM}", c.shards[0].url)).header("shardplane-range-epoch", "1").send().await.unwrap();
+    assert_eq!(stale.status(), 421);
+    let st: Value = stale.json().await.unwrap();
+    assert_eq!((st["reason"].as_str(), st["details"]["causes"][0]["reason"].as_str(), st["details"]["causes"][0]["message"].as_str()), (Some("NotOwned"), Some("RangeEpoch"), Some("2")), "{st}");
+    let name = (0..20).map(|i| format!("cm-{i:02}")).find(|n| halves[0].contains(shardplane_keyspace::ObjectKey::new("", "configmaps", "demo", n).hash())).unwrap();
+    assert_eq!(c.shards[0].get(&format!("{CM}/{name}")).await.0, 421);
+
+    // The router still routes by epoch 1: its first request is refused, it reads the map again
+    // and retries on the new owner. Every verb works and reaches the new owner.
+    let (code, got) = r.get(&format!("{CM}/{name}")).await;
+    assert_eq!((code, got["metadata"]["name"].as_str()), (200, Some(name.as_str())), "{got}");
+    let (code, _) = r.send("PATCH", &format!("{CM}/{name}"), "application/merge-patch+json", r#"{"data":{"moved":"yes"}}"#).await;
+    assert_eq!(code, 200);
+    assert_eq!(whole.get(&format!("{CM}/{name}")).await.1["data"]["moved"], "yes");
+    assert_eq!(r.post(CM, &configmap("cm-20", json!({}))).await.0, 201);
+    let (code, list) = r.get(CM).await;
+    assert_eq!((code, names(&list).len()), (200, 21));
+    // A page token of epoch 1 no longer describes one snapshot: 410 Expired, as upstream for an
+    // unusable token. New tokens carry epoch 2.
+    let (code, st) = r.get(&format!("{CM}?limit=5&continue={old_token}")).await;
+    assert_eq!((code, st["reason"].as_str()), (410, Some("Expired")), "{st}");
+    let (_, page) = r.get(&format!("{CM}?limit=5")).await;
+    let token = shardplane_apimachinery::continue_token::ContinueToken::decode(page["metadata"]["continue"].as_str().unwrap()).unwrap();
+    assert_eq!(token.epoch, Some(2));
 }
 
 #[tokio::test]

@@ -85,6 +85,11 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
+    // The router published the map of its shards in etcd.
+    let storage = shardplane_storage::Storage::connect(&[etcd.endpoint.clone()]).await.unwrap();
+    let before = storage.load_range_map().await.unwrap().expect("a stored map").map;
+    assert_eq!((before.epoch, before.shards.len()), (1, 2));
+
     // Kill one shard: the supervisor starts it again on its range and requests reach it.
     let names: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
     send_signal(pids[0], 9);
@@ -103,6 +108,13 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     .await;
     let (_, list) = r.get("/api/v1/namespaces/default/configmaps").await;
     assert_eq!(list["items"].as_array().unwrap().len(), 21);
+    // The map has the restarted shard's new address under the same epoch: its ranges did not
+    // change owner.
+    let after = storage.load_range_map().await.unwrap().unwrap().map;
+    assert_eq!(after.epoch, 1);
+    let url_of = |m: &shardplane_storage::range_map::StoredRangeMap, id: &str| m.shards.iter().find(|s| s.id == id).unwrap().url.clone();
+    assert_ne!(url_of(&after, "shard-0"), url_of(&before, "shard-0"));
+    assert_eq!(url_of(&after, "shard-1"), url_of(&before, "shard-1"));
 
     // SIGTERM: the router stops its shards and exits.
     send_signal(router.0.id() as i32, 15);
@@ -118,6 +130,8 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
     while !lines.next().expect("router output").unwrap().starts_with("listening on ") {}
     assert_eq!(processes_with(&etcd.endpoint).len(), 3);
+    // Same shard count on restart: same ownership, same epoch.
+    assert_eq!(storage.load_range_map().await.unwrap().unwrap().map.epoch, 1);
     send_signal(router.0.id() as i32, 9);
     let _ = router.0.wait();
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -114,7 +114,8 @@ impl Drop for TestShard {
 /// Shard settings used by tests: fast bookmarks and namespace sweeps.
 pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
     ShardConfig {
-        id: "test".into(),
+        // Distinct per range: a router refuses two shards with one name.
+        id: format!("test-{ranges}"),
         etcd_endpoints: vec![etcd.endpoint.clone()],
         listen: "127.0.0.1:0".parse().unwrap(),
         ranges,
@@ -141,20 +142,20 @@ impl TestShard {
     async fn start_routed(config: ShardConfig, k: u32) -> Self {
         let mut behind = Vec::new();
         for r in shardplane_keyspace::HashRange::split_even(k) {
-            behind.push(Self::start_one(ShardConfig { ranges: RangeSet::from_disjoint(vec![r]).unwrap(), ..config.clone() }).await);
+            behind.push(Self::start_one(ShardConfig { ranges: RangeSet::from_disjoint(vec![r]).unwrap(), id: format!("{}-{r}", config.id), ..config.clone() }).await);
         }
-        let mut s = Self::start_router(behind.iter().map(|s| s.url.clone()).collect(), config.bookmark_interval).await;
+        let mut s = Self::start_router(&config.etcd_endpoints, behind.iter().map(|s| s.url.clone()).collect(), config.bookmark_interval).await;
         s.behind = behind;
         wait_for(Duration::from_secs(20), || async { client().get(format!("{}/readyz", s.url)).send().await.is_ok_and(|r| r.status() == 200) }).await;
         s
     }
 
-    /// A router served in-process in front of `shard_urls` (shard i owns the i-th of K equal
-    /// ranges); it stops when the handle is dropped. Does not wait for the shards to be ready.
-    pub async fn start_router(shard_urls: Vec<String>, bookmark_interval: Duration) -> Self {
+    /// A router served in-process in front of `shard_urls` (it publishes their range map to
+    /// etcd); it stops when the handle is dropped. Does not wait for the shards' caches.
+    pub async fn start_router(etcd_endpoints: &[String], shard_urls: Vec<String>, bookmark_interval: Duration) -> Self {
         let shutdown = CancellationToken::new();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls, bookmark_interval };
+        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls, etcd_endpoints: etcd_endpoints.to_vec(), bookmark_interval };
         let token = shutdown.clone();
         tokio::spawn(async move {
             shardplane_router::serve(rc, token, move |a| {

@@ -14,10 +14,12 @@ struct Args {
     /// Address to serve on.
     #[arg(long, default_value = "127.0.0.1:6443")]
     listen: SocketAddr,
-    /// Base URLs of running shards, comma-separated; shard i must own the i-th of K equal ranges.
+    /// Base URLs of running shards, comma-separated; each says which ranges it caches, and
+    /// together they must cover the hash space once.
     #[arg(long, value_delimiter = ',')]
     shard_urls: Vec<String>,
-    /// etcd endpoints for the shards this router starts (when --shard-urls is not given).
+    /// etcd endpoints: where the range map is stored, and what the shards this router starts
+    /// use.
     #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
     etcd_endpoints: Vec<String>,
     /// How many shard processes to start.
@@ -65,7 +67,11 @@ async fn run(args: Args) -> std::process::ExitCode {
             }
         }
     } else {
-        match Shards::new(args.shard_urls.clone(), std::time::Duration::from_secs(args.bookmark_interval.max(1))) {
+        let connected = match shardplane_storage::Storage::connect(&args.etcd_endpoints).await {
+            Ok(storage) => Shards::connect(storage, args.shard_urls.clone(), std::time::Duration::from_secs(args.bookmark_interval.max(1))).await,
+            Err(e) => Err(std::io::Error::other(format!("etcd: {e}"))),
+        };
+        match connected {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("shard-router: {e}");

@@ -1,0 +1,148 @@
+//! The range map as stored in etcd, under the coordinator's rules: a stored map is used only if
+//! it tiles the hash space with one owner per hash and distinct shard ids (I1), and a new map
+//! raises the epoch exactly when some range changes owner. A shard that comes back at a new
+//! address keeps its epoch, so continue tokens and routed requests of that epoch stay valid.
+
+use crate::range_map::{RangeMap, RangeMapError};
+use shardplane_keyspace::HashRange;
+use shardplane_storage::range_map::{StoredRangeMap, StoredShard};
+use shardplane_storage::{Storage, StorageError};
+
+/// A shard as the router addresses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardAddr {
+    pub id: String,
+    pub url: String,
+}
+
+/// Why a map cannot be used or written.
+#[derive(Debug, thiserror::Error)]
+pub enum MapStoreError {
+    #[error("invalid range map: {0}")]
+    Invalid(#[from] RangeMapError),
+    #[error("two shards are named {0:?}; give each a distinct --id")]
+    DuplicateId(String),
+    #[error("no range map is stored")]
+    Missing,
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// The routing table of a stored map, if the map is valid.
+pub fn routing_table(stored: &StoredRangeMap) -> Result<RangeMap<ShardAddr>, MapStoreError> {
+    let mut ids: Vec<&str> = stored.shards.iter().map(|s| s.id.as_str()).collect();
+    ids.sort_unstable();
+    if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+        return Err(MapStoreError::DuplicateId(w[0].to_owned()));
+    }
+    let entries = stored.shards.iter().flat_map(|s| s.ranges.iter().map(|r| (*r, ShardAddr { id: s.id.clone(), url: s.url.clone() }))).collect();
+    Ok(RangeMap::new(stored.epoch, entries)?)
+}
+
+/// Who owns what, ignoring addresses: the part of a map whose change raises the epoch.
+fn ownership(shards: &[StoredShard]) -> Vec<(String, Vec<HashRange>)> {
+    let mut o: Vec<(String, Vec<HashRange>)> = shards.iter().map(|s| {
+        let mut r = s.ranges.clone();
+        r.sort();
+        (s.id.clone(), r)
+    }).collect();
+    o.sort();
+    o
+}
+
+/// The map that follows `current` when the shards are `shards`: the same epoch if only
+/// addresses changed, the next one if any range changed owner (epoch 1 for the first map).
+pub fn next_map(current: Option<&StoredRangeMap>, mut shards: Vec<StoredShard>) -> StoredRangeMap {
+    shards.sort_by_key(|s| s.ranges.iter().map(|r| r.start()).min());
+    let epoch = match current {
+        Some(c) if ownership(&c.shards) == ownership(&shards) => c.epoch,
+        Some(c) => c.epoch + 1,
+        None => 1,
+    };
+    StoredRangeMap { epoch, shards }
+}
+
+/// Stores the map for `shards` (see [`next_map`]) by compare-and-swap, retrying when another
+/// writer came first. Returns the map now stored. Refuses a map that is not valid.
+pub async fn publish(storage: &Storage, shards: Vec<StoredShard>) -> Result<StoredRangeMap, MapStoreError> {
+    loop {
+        let current = storage.load_range_map().await?;
+        let next = next_map(current.as_ref().map(|c| &c.map), shards.clone());
+        routing_table(&next)?;
+        if current.as_ref().is_some_and(|c| c.map == next) {
+            return Ok(next);
+        }
+        match storage.store_range_map(&next, current.map(|c| c.mod_revision)).await {
+            Ok(_) => return Ok(next),
+            Err(StorageError::Conflict { .. } | StorageError::AlreadyExists) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The stored map and its routing table.
+pub async fn load(storage: &Storage) -> Result<(StoredRangeMap, RangeMap<ShardAddr>), MapStoreError> {
+    let stored = storage.load_range_map().await?.ok_or(MapStoreError::Missing)?.map;
+    let table = routing_table(&stored)?;
+    Ok((stored, table))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn shard(id: &str, url: &str, ranges: &[HashRange]) -> StoredShard {
+        StoredShard { id: id.into(), url: url.into(), ranges: ranges.to_vec() }
+    }
+
+    fn even(k: u32, port: u16) -> Vec<StoredShard> {
+        HashRange::split_even(k).iter().enumerate().map(|(i, r)| shard(&format!("s{i}"), &format!("http://127.0.0.1:{}", port + i as u16), &[*r])).collect()
+    }
+
+    #[test]
+    fn the_epoch_rises_only_when_ownership_changes() {
+        let first = next_map(None, even(2, 1000));
+        assert_eq!(first.epoch, 1);
+        // Same owners at new addresses, listed in another order: same epoch.
+        let mut moved = even(2, 2000);
+        moved.reverse();
+        let again = next_map(Some(&first), moved);
+        assert_eq!(again.epoch, 1);
+        assert_eq!(again.shards[0].url, "http://127.0.0.1:2000");
+        // Four shards instead of two: a new epoch.
+        assert_eq!(next_map(Some(&again), even(4, 1000)).epoch, 2);
+        // The same ranges under other names: a new epoch.
+        let renamed: Vec<_> = even(2, 1000).into_iter().map(|mut s| { s.id.push('x'); s }).collect();
+        assert_eq!(next_map(Some(&first), renamed).epoch, 2);
+    }
+
+    #[test]
+    fn invalid_maps_are_refused() {
+        let mut dup = even(2, 1000);
+        dup[1].id = "s0".into();
+        assert!(matches!(routing_table(&next_map(None, dup)), Err(MapStoreError::DuplicateId(id)) if id == "s0"));
+        let mut gap = even(4, 1000);
+        gap.remove(2);
+        assert!(matches!(routing_table(&next_map(None, gap)), Err(MapStoreError::Invalid(RangeMapError::NotContiguous(_)))));
+        let table = routing_table(&next_map(None, even(4, 1000))).unwrap();
+        assert_eq!(table.owner(u64::MAX).id, "s3");
+    }
+
+    proptest! {
+        /// Whatever the shards report, the epoch stays the same exactly when every shard keeps
+        /// exactly its ranges, and never goes down.
+        #[test]
+        fn epoch_follows_ownership(k1 in 1u32..6, k2 in 1u32..6, ports in any::<u16>(), shuffle in any::<bool>()) {
+            let first = next_map(None, even(k1, 1000));
+            let mut shards = even(k2, ports % 60000);
+            if shuffle {
+                shards.reverse();
+            }
+            let next = next_map(Some(&first), shards);
+            prop_assert_eq!(next.epoch == first.epoch, k1 == k2);
+            prop_assert!(next.epoch >= first.epoch);
+            prop_assert!(routing_table(&next).is_ok());
+        }
+    }
+}
