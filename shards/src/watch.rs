@@ -4,6 +4,7 @@
 use crate::handlers::{filter, View, WAIT};
 use crate::table::{self, Representation};
 use shardplane_apimachinery::request_path::Target;
+use shardplane_apimachinery::resources::ResourceInfo;
 use crate::shard::Shard;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
@@ -100,14 +101,7 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
                         WatchMsg::Event(kind, obj) => {
                             last_rv = last_rv.max(obj.rv);
                             metrics.watch_events.with_label_values(&labels).inc();
-                            match view.repr {
-                                Representation::Json => event_line(kind.as_str(), &obj.bytes),
-                                Representation::Metadata(v) => event_line(kind.as_str(), &serde_json::to_vec(&table::partial_metadata(v, &obj.bytes)).expect("json")),
-                                Representation::Table(v) => {
-                                    let meta = json!({"resourceVersion": obj.rv.to_string()});
-                                    event_line(kind.as_str(), &table::table(&info, v, &[obj.bytes.as_ref()], meta, view.include))
-                                }
-                            }
+                            event(&info, view, kind.as_str(), &obj.bytes, obj.rv)
                         }
                         WatchMsg::Progress(rv) => {
                             last_rv = last_rv.max(rv);
@@ -142,6 +136,16 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
         metrics.watchers.with_label_values(&labels).dec();
     });
     Ok(stream_response(rx))
+}
+
+/// One watch event line for an object in the client's representation: the object itself, its
+/// PartialObjectMetadata, or a one-row Table (upstream sends every Table event with its columns).
+pub fn event(info: &ResourceInfo, view: View, kind: &str, object: &[u8], rv: u64) -> Bytes {
+    match view.repr {
+        Representation::Json => event_line(kind, object),
+        Representation::Metadata(v) => event_line(kind, &serde_json::to_vec(&table::partial_metadata(v, object)).expect("json")),
+        Representation::Table(v) => event_line(kind, &table::table(info, v, &[object], json!({"resourceVersion": rv.to_string()}), view.include)),
+    }
 }
 
 fn rand_secs(max: u64) -> u64 {

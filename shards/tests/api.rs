@@ -495,6 +495,35 @@ async fn tables_and_partial_metadata_as_upstream_renders_them() {
     s.post(CM, &configmap("t9", json!({}))).await;
     let e = w.next(T).await.expect("table event");
     assert_eq!((e["type"].as_str(), e["object"]["kind"].as_str(), &e["object"]["rows"][0]["cells"][0]), (Some("ADDED"), Some("Table"), &json!("t9")));
+    // The initial state of a watch is rendered like its live events: one-row Tables with the
+    // columns, then the initial-events-end bookmark; or PartialObjectMetadata.
+    let initial = |accept: &'static str, query: &'static str, count: usize| {
+        let url = format!("{}{CM}?watch=1&{query}", s.url);
+        async move {
+            let r = client().get(url).header("accept", accept).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            let mut w = WatchReader::from_response(r);
+            let mut events = Vec::new();
+            while events.len() < count {
+                events.push(w.next(T).await.expect("initial event"));
+            }
+            events
+        }
+    };
+    let events = initial(KUBECTL, "sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan", 5).await;
+    let rows: Vec<&Value> = events[..4].iter().map(|e| {
+        assert_eq!((e["type"].as_str(), e["object"]["kind"].as_str(), e["object"]["columnDefinitions"][1]["name"].as_str()), (Some("ADDED"), Some("Table"), Some("Data")), "{e}");
+        assert_eq!(e["object"]["rows"].as_array().unwrap().len(), 1);
+        assert_eq!(e["object"]["metadata"]["resourceVersion"], e["object"]["rows"][0]["object"]["metadata"]["resourceVersion"]);
+        &e["object"]["rows"][0]["cells"][0]
+    }).collect();
+    assert_eq!(rows, [&json!("t0"), &json!("t1"), &json!("t2"), &json!("t9")]);
+    assert_eq!((events[4]["type"].as_str(), events[4]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"].as_str()), (Some("BOOKMARK"), Some("true")));
+    let events = initial("application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io", "resourceVersion=0", 4).await;
+    for e in &events[..4] {
+        assert_eq!((e["type"].as_str(), e["object"]["kind"].as_str()), (Some("ADDED"), Some("PartialObjectMetadata")), "{e}");
+        assert!(e["object"].get("data").is_none() && e["object"]["metadata"]["name"].is_string());
+    }
     // Nothing acceptable: 406.
     let (code, _, st) = get(CM.into(), "application/vnd.kubernetes.protobuf;as=Table;v=v1;g=meta.k8s.io").await;
     assert_eq!((code, st["reason"].as_str()), (406, Some("NotAcceptable")));

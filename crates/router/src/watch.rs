@@ -15,6 +15,9 @@ use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::watch_event;
 use shardplane_apimachinery::ApiError;
 use shardplane_coordinator::watch_merge::{ShardInput, WatchMerge};
+use shardplane_shard::handlers::{form_value, View};
+use shardplane_shard::table;
+use shardplane_shard::watch as shard_watch;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -25,6 +28,18 @@ const HELD_BACK: usize = 10_000;
 /// Lagging shards are asked for a progress mark as soon as an event waits on them, then again
 /// at most this often while it still waits.
 const PROGRESS_EVERY: Duration = Duration::from_millis(2);
+
+/// Just an object's resourceVersion.
+#[derive(serde::Deserialize)]
+struct ObjectRv {
+    metadata: RvMeta,
+}
+
+#[derive(serde::Deserialize)]
+struct RvMeta {
+    #[serde(rename = "resourceVersion", default)]
+    resource_version: String,
+}
 
 enum Line {
     Event(u64, Bytes),
@@ -44,6 +59,13 @@ fn classify(line: &[u8]) -> Option<Line> {
 
 /// Serves a merged WATCH.
 pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
+    // The client's representation (JSON, Table, PartialObjectMetadata): the shards render live
+    // events in it; the initial state, read as JSON, is rendered here the same way.
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let view = View {
+        repr: table::negotiate(headers).ok_or_else(|| ApiError::not_acceptable(accept))?,
+        include: table::IncludeObject::parse(form_value(query, "includeObject").as_deref())?,
+    };
     // Where every shard stream starts, and the initial state (read at that one revision).
     let (start, initial): (u64, Option<Vec<Box<serde_json::value::RawValue>>>) = match o.watch_start() {
         WatchStart::After(rv) => (rv, None),
@@ -113,7 +135,8 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
     tokio::spawn(async move {
         if let Some(items) = initial {
             for item in &items {
-                if tx.send(watch_event::line("ADDED", item.get().as_bytes())).await.is_err() {
+                let rv = serde_json::from_str::<ObjectRv>(item.get()).ok().and_then(|o| o.metadata.resource_version.parse().ok()).unwrap_or(start);
+                if tx.send(shard_watch::event(&t.info, view, "ADDED", item.get().as_bytes(), rv)).await.is_err() {
                     return;
                 }
             }
