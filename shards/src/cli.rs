@@ -43,6 +43,9 @@ struct Args {
     /// Most concurrent non-mutating requests (watches exempt); more get 429.
     #[arg(long, default_value_t = 400)]
     max_requests_inflight: usize,
+    /// Seconds: a watch without timeoutSeconds runs a random time between this and twice this.
+    #[arg(long, default_value_t = 1800)]
+    min_request_timeout: u64,
     /// Most concurrent mutating requests; more get 429.
     #[arg(long, default_value_t = 200)]
     max_mutating_requests_inflight: usize,
@@ -99,6 +102,7 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         compaction_interval: (args.compaction_interval > 0).then(|| Duration::from_secs(args.compaction_interval)),
         bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
         namespace_sweep: Duration::from_secs(1),
+        min_request_timeout: Duration::from_secs(args.min_request_timeout.max(1)),
         max_requests_inflight: args.max_requests_inflight,
         max_mutating_inflight: args.max_mutating_requests_inflight,
     };

@@ -34,6 +34,9 @@ pub struct ShardConfig {
     pub compaction_interval: Option<Duration>,
     pub bookmark_interval: Duration,
     pub namespace_sweep: Duration,
+    /// A watch without `timeoutSeconds` runs a random time between this and twice this
+    /// (upstream `--min-request-timeout`).
+    pub min_request_timeout: Duration,
     /// Most concurrent non-mutating, non-watch requests (upstream `--max-requests-inflight`).
     pub max_requests_inflight: usize,
     /// Most concurrent mutating requests (upstream `--max-mutating-requests-inflight`).
@@ -69,7 +72,7 @@ impl InflightLimits {
 /// Calls `on_listen` with the bound address (port 0 picks a free one).
 pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let storage = Storage::connect(&config.etcd_endpoints).await.map_err(std::io::Error::other)?;
-    let shard = Shard::start(config.id.clone(), storage.clone(), config.ranges.clone(), config.cache.clone(), config.bookmark_interval, shutdown.clone());
+    let shard = Shard::start(config.id.clone(), storage.clone(), config.ranges.clone(), config.cache.clone(), config.bookmark_interval, config.min_request_timeout, shutdown.clone());
     if let Some(interval) = config.compaction_interval {
         let token = shutdown.clone();
         tokio::spawn(async move {
@@ -213,7 +216,11 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
     if get && segs.as_slice() == ["shardplane", "v1", "shard"] {
         // Who this shard is and what it caches: a router builds the range map from these.
         let ranges: Vec<String> = shard.ranges.ranges().iter().map(|r| r.to_string()).collect();
-        return json_ok(serde_json::json!({"id": shard.id, "ranges": ranges, "epoch": shard.epoch()}));
+        let history = &shard.cache_config;
+        return json_ok(serde_json::json!({
+            "id": shard.id, "ranges": ranges, "epoch": shard.epoch(),
+            "historyEvents": history.history_max_events, "historySeconds": history.history_window.as_secs(),
+        }));
     }
     if get {
         use shardplane_apimachinery::openapi;

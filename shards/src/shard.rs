@@ -45,12 +45,16 @@ pub struct Shard {
     pub shutdown: CancellationToken,
     pub metrics: crate::metrics::Metrics,
     pub bookmark_interval: Duration,
+    /// A watch without `timeoutSeconds` runs between this and twice this.
+    pub min_request_timeout: Duration,
+    /// The caches' settings (their history bounds decide which RVs a watch can resume from).
+    pub cache_config: CacheConfig,
 }
 
 impl Shard {
     /// Builds the shard and starts one reflector per resource. The caches load in the background;
     /// [`Shard::ready`] says when all have.
-    pub fn start(id: String, storage: Storage, ranges: RangeSet, cache: CacheConfig, bookmark_interval: Duration, shutdown: CancellationToken) -> Arc<Self> {
+    pub fn start(id: String, storage: Storage, ranges: RangeSet, cache: CacheConfig, bookmark_interval: Duration, min_request_timeout: Duration, shutdown: CancellationToken) -> Arc<Self> {
         let resources: Vec<Arc<ResourceInfo>> = builtin_resources().into_iter().map(Arc::new).collect();
         let mut served = HashMap::new();
         for info in &resources {
@@ -70,6 +74,8 @@ impl Shard {
             shutdown,
             metrics: crate::metrics::Metrics::new(),
             bookmark_interval,
+            cache_config: cache,
+            min_request_timeout,
         });
         tokio::spawn(follow_range_map(shard.clone()));
         shard

@@ -72,8 +72,7 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
         }
         Err(e) => return Err(e),
     };
-    // Upstream: timeoutSeconds, else a random 30-60 minutes.
-    let timeout = Duration::from_secs(o.timeout_seconds.unwrap_or_else(|| 1800 + rand_secs(1800)));
+    let timeout = watch_timeout(o.timeout_seconds, shard.min_request_timeout);
     let send_initial_end = matches!(start, WatchStart::InitialEvents(_)) && o.allow_bookmarks;
     let bookmarks = o.allow_bookmarks;
     let eager = o.allow_bookmarks && o.eager_progress;
@@ -146,6 +145,13 @@ pub fn event(info: &ResourceInfo, view: View, kind: &str, object: &[u8], rv: u64
         Representation::Metadata(v) => event_line(kind, &serde_json::to_vec(&table::partial_metadata(v, object)).expect("json")),
         Representation::Table(v) => event_line(kind, &table::table(info, v, &[object], json!({"resourceVersion": rv.to_string()}), view.include)),
     }
+}
+
+/// How long a watch runs: `timeoutSeconds`, else a random time between `min` and twice `min`
+/// (30–60 minutes by default), as upstream, so that watches opened together do not all end
+/// together.
+pub fn watch_timeout(timeout_seconds: Option<u64>, min: Duration) -> Duration {
+    Duration::from_secs(timeout_seconds.unwrap_or_else(|| min.as_secs() + rand_secs(min.as_secs())))
 }
 
 fn rand_secs(max: u64) -> u64 {

@@ -96,6 +96,12 @@ impl<T> WatchMerge<T> {
         Ok(())
     }
 
+    /// Shard `shard`'s mark: every change of its range up to this RV has been delivered. A
+    /// stream that ended normally is reopened after it, with no gap and no repeat.
+    pub fn mark(&self, shard: usize) -> u64 {
+        self.shards[shard].mark
+    }
+
     /// The RV below which every shard has delivered everything: a safe bookmark once nothing at
     /// or below it is pending.
     pub fn watermark(&self) -> u64 {

@@ -25,6 +25,8 @@ pub struct Shards {
     pub resources: Vec<Arc<ResourceInfo>>,
     /// Bookmarks to clients that allow them, this often.
     pub bookmark_interval: std::time::Duration,
+    /// Merged watch upstreams shared by client watches.
+    pub hubs: Arc<crate::hub::Hubs>,
 }
 
 /// Request headers worth passing to a shard.
@@ -40,8 +42,11 @@ impl Shards {
     pub async fn connect(storage: Storage, urls: Vec<String>, bookmark_interval: Duration) -> std::io::Result<Arc<Self>> {
         let http = reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?;
         let mut described = Vec::new();
+        let mut history = HistoryBound { events: usize::MAX, window: Duration::MAX };
         for url in &urls {
-            described.push(describe(&http, url.trim_end_matches('/')).await?);
+            let (shard, h) = describe(&http, url.trim_end_matches('/')).await?;
+            described.push(shard);
+            history = HistoryBound { events: history.events.min(h.events), window: history.window.min(h.window) };
         }
         let stored = map_store::publish(&storage, described).await.map_err(std::io::Error::other)?;
         let table = map_store::routing_table(&stored).map_err(std::io::Error::other)?;
@@ -52,6 +57,7 @@ impl Shards {
             http,
             resources: shardplane_apimachinery::resources::builtin_resources().into_iter().map(Arc::new).collect(),
             bookmark_interval,
+            hubs: Arc::new(crate::hub::Hubs::new(history)),
         }))
     }
 
@@ -198,12 +204,23 @@ impl Shards {
     }
 }
 
-/// Asks the shard at `url` who it is, waiting for it to come up.
-async fn describe(http: &reqwest::Client, url: &str) -> std::io::Result<StoredShard> {
+/// How far back a shard's watch history reaches: its newest `events` events, none older than
+/// `window`.
+#[derive(Clone, Copy, Debug)]
+pub struct HistoryBound {
+    pub events: usize,
+    pub window: Duration,
+}
+
+/// Asks the shard at `url` who it is and how much history it keeps, waiting for it to come up.
+async fn describe(http: &reqwest::Client, url: &str) -> std::io::Result<(StoredShard, HistoryBound)> {
     #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
     struct Described {
         id: String,
         ranges: Vec<String>,
+        history_events: usize,
+        history_seconds: u64,
     }
     let deadline = tokio::time::Instant::now() + DESCRIBE_WITHIN;
     loop {
@@ -211,7 +228,8 @@ async fn describe(http: &reqwest::Client, url: &str) -> std::io::Result<StoredSh
             Ok(resp) if resp.status().is_success() => {
                 let d: Described = resp.json().await.map_err(|e| std::io::Error::other(format!("shard {url} described itself unreadably: {e}")))?;
                 let ranges = d.ranges.iter().map(|r| r.parse()).collect::<Result<Vec<HashRange>, _>>().map_err(|e| std::io::Error::other(format!("shard {url}: {e}")))?;
-                return Ok(StoredShard { id: d.id, url: url.to_owned(), ranges });
+                let history = HistoryBound { events: d.history_events, window: Duration::from_secs(d.history_seconds) };
+                return Ok((StoredShard { id: d.id, url: url.to_owned(), ranges }, history));
             }
             Ok(resp) => return Err(std::io::Error::other(format!("shard {url} answered {} to /shardplane/v1/shard", resp.status()))),
             Err(e) if tokio::time::Instant::now() >= deadline => return Err(std::io::Error::other(format!("shard {url} is unreachable: {e}"))),

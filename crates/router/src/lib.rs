@@ -12,8 +12,10 @@
 //! a gap: a shard that fails turns into a 503 Status or the clean end of a watch.
 
 mod forward;
+mod hub;
 mod list;
 mod server;
+mod upstream;
 mod watch;
 
 pub use forward::Shards;

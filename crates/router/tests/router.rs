@@ -275,3 +275,122 @@ async fn router_metrics_count_requests_with_upstream_names() {
     assert_eq!(value(&text), before + 1, "{text}");
     assert!(text.contains("apiserver_request_duration_seconds_bucket{"));
 }
+
+/// `apiserver_registered_watchers` of ConfigMaps on one shard.
+async fn shard_watchers(url: &str) -> u64 {
+    let text = client().get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines().find_map(|l| l.strip_prefix(r#"apiserver_registered_watchers{group="",kind="ConfigMap",version="v1"} "#)).map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// The (type, name, RV) of the next `n` changes of a watch.
+async fn changes(w: &mut WatchReader, n: usize) -> Vec<(String, String, u64)> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        let e = w.next_change(T).await.expect("change");
+        out.push((e["type"].as_str().unwrap().to_owned(), e["object"]["metadata"]["name"].as_str().unwrap().to_owned(), rv(&e["object"])));
+    }
+    out
+}
+
+#[tokio::test]
+async fn watches_with_the_same_filters_share_one_upstream_and_each_sees_every_change() {
+    let c = cluster(2).await;
+    let r = &c.router;
+    let (_, seed) = r.post(CM, &configmap("seed", json!({"team": "a"}))).await;
+    let start = rv(&seed);
+    // 20 watches of every ConfigMap and 5 of one label, all from the same RV.
+    let mut all = Vec::new();
+    for _ in 0..20 {
+        all.push(r.watch(&format!("{CM}?watch=1&resourceVersion={start}")).await);
+    }
+    let mut team_a = Vec::new();
+    for _ in 0..5 {
+        team_a.push(r.watch(&format!("{CM}?watch=1&resourceVersion={start}&labelSelector=team%3Da")).await);
+    }
+    // Each shard serves one stream per distinct watch, not one per client.
+    for s in &c.shards {
+        assert_eq!(shard_watchers(&s.url).await, 2, "{}", s.url);
+    }
+    // Creates, updates and deletes on both shards; the oracle is each write's own answer.
+    let mut want = Vec::new();
+    let mut want_a = Vec::new();
+    for i in 0..30 {
+        let name = format!("s{i:02}");
+        let team = if i % 3 == 0 { "a" } else { "b" };
+        let (code, o) = r.post(CM, &configmap(&name, json!({"team": team}))).await;
+        assert_eq!(code, 201);
+        want.push(("ADDED".to_owned(), name.clone(), rv(&o)));
+        if team == "a" {
+            want_a.push(("ADDED".to_owned(), name.clone(), rv(&o)));
+        }
+        if i % 5 == 0 {
+            let (_, o) = r.send("PATCH", &format!("{CM}/{name}"), "application/merge-patch+json", r#"{"data":{"k":"v"}}"#).await;
+            want.push(("MODIFIED".to_owned(), name.clone(), rv(&o)));
+            if team == "a" {
+                want_a.push(("MODIFIED".to_owned(), name.clone(), rv(&o)));
+            }
+        }
+        if i % 7 == 0 {
+            let (code, _) = r.delete(&format!("{CM}/{name}"), None).await;
+            assert_eq!(code, 200);
+            let (_, list) = r.get(CM).await;
+            // The delete's RV is the list's RV right after it (no other writer).
+            want.push(("DELETED".to_owned(), name.clone(), rv(&list)));
+            if team == "a" {
+                want_a.push(("DELETED".to_owned(), name.clone(), rv(&list)));
+            }
+        }
+    }
+    for w in &mut all {
+        assert_eq!(changes(w, want.len()).await, want);
+    }
+    for w in &mut team_a {
+        assert_eq!(changes(w, want_a.len()).await, want_a);
+    }
+    // A client joining late from the same RV is served from the hub's ring: the same history,
+    // and still no new shard stream.
+    let mut late = r.watch(&format!("{CM}?watch=1&resourceVersion={start}")).await;
+    assert_eq!(changes(&mut late, want.len()).await, want);
+    for s in &c.shards {
+        assert_eq!(shard_watchers(&s.url).await, 2);
+    }
+    // When every client has gone, the hubs close their shard streams.
+    drop((all, team_a, late));
+    wait_for(Duration::from_secs(20), || async {
+        let mut n = 0;
+        for s in &c.shards {
+            n += shard_watchers(&s.url).await;
+        }
+        n == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_merged_watch_outlives_the_shards_own_watch_timeouts_with_no_gap_or_repeat() {
+    let etcd = Etcd::start().await;
+    let mut shards = Vec::new();
+    for r in HashRange::split_even(2) {
+        let mut cfg = test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap());
+        // Each shard ends a watch without timeoutSeconds after 1–2 s.
+        cfg.min_request_timeout = Duration::from_secs(1);
+        shards.push(TestShard::start(cfg).await);
+    }
+    let r = TestShard::start_router(&[etcd.endpoint.clone()], shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
+    r.namespace("demo").await;
+    let (_, first) = r.post(CM, &configmap("first", json!({}))).await;
+    let mut w = r.watch(&format!("{CM}?watch=1&resourceVersion={}", rv(&first))).await;
+    // Writes spread over 5 s: every shard stream ends at least twice meanwhile.
+    let mut want = Vec::new();
+    let began = std::time::Instant::now();
+    let mut i = 0;
+    while began.elapsed() < Duration::from_secs(5) {
+        let name = format!("t{i:03}");
+        let (code, o) = r.post(CM, &configmap(&name, json!({}))).await;
+        assert_eq!(code, 201);
+        want.push(("ADDED".to_owned(), name, rv(&o)));
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(changes(&mut w, want.len()).await, want);
+}

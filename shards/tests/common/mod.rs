@@ -123,6 +123,7 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         compaction_interval: None,
         bookmark_interval: Duration::from_millis(500),
         namespace_sweep: Duration::from_millis(200),
+        min_request_timeout: Duration::from_secs(1800),
         max_requests_inflight: 400,
         max_mutating_inflight: 200,
     }

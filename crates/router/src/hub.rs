@@ -1,0 +1,368 @@
+//! Shared merged upstreams (decision 6: "share one merged upstream per resource among client
+//! watches where it can"). Client watches with the same collection, filters and representation
+//! share one [`upstream`](crate::upstream): K shard streams and one merge, whatever the number
+//! of clients. The shards still filter (selectors, label transitions) and render (JSON, Table),
+//! so the router never decodes an object.
+//!
+//! A hub keeps the events it merged in a bounded ring, so a client can join at any RV the ring
+//! still covers: it is sent the ring's events after its RV, then the live ones, in one order.
+//! Bounds and what happens at them:
+//! - the ring holds at most [`RING_EVENTS`] events and [`RING_BYTES`] bytes, and never more than
+//!   half the history any shard keeps (half its event count, half its window): the router never
+//!   serves an RV its shards could not, so a too-old RV gets the same 410 Expired through the
+//!   router as from a shard. A client asking for an RV below the ring gets its own upstream.
+//! - each client may fall at most [`FANOUT_BUFFER`] items behind the hub; past that its watch
+//!   ends cleanly at the last event it was sent, and it resumes from there;
+//! - a hub with no clients for [`LINGER`] closes its shard streams.
+//!
+//! When the upstream ends (a shard broke, or sent an ERROR, passed on to every client) the hub
+//! ends and every client's watch ends cleanly after the last event it was sent.
+
+use crate::forward::{HistoryBound, Shards};
+use crate::upstream::{self, Merged, UpstreamSpec};
+use axum::body::Body;
+use axum::http::Response;
+use bytes::Bytes;
+use shardplane_apimachinery::ApiError;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// Most events a hub keeps for clients that join late.
+pub const RING_EVENTS: usize = 4096;
+/// Most bytes of events a hub keeps.
+pub const RING_BYTES: usize = 32 << 20;
+/// Items a client may be behind the hub before its watch is ended.
+pub const FANOUT_BUFFER: usize = 2048;
+/// How long a hub with no clients keeps its shard streams open.
+pub const LINGER: Duration = Duration::from_secs(5);
+
+struct HubState {
+    /// Events in RV order with when they arrived, every event after `floor` included.
+    ring: VecDeque<(u64, Bytes, tokio::time::Instant)>,
+    /// Most events, bytes and oldest age the ring keeps.
+    max_events: usize,
+    max_bytes: usize,
+    max_age: Duration,
+    ring_bytes: usize,
+    floor: u64,
+    /// The newest progress mark: every event up to it has been published.
+    mark: u64,
+    /// Dropped when the hub ends, which ends every client's stream.
+    tx: Option<broadcast::Sender<Merged>>,
+    /// When the last client left (None while some are attached).
+    idle_since: Option<tokio::time::Instant>,
+}
+
+impl HubState {
+    /// Drops the oldest events past the ring's bounds; the floor rises to the last one dropped.
+    fn evict(&mut self) {
+        while let Some((rv, old, at)) = self.ring.front() {
+            if self.ring.len() <= self.max_events && self.ring_bytes <= self.max_bytes && at.elapsed() < self.max_age {
+                break;
+            }
+            self.ring_bytes -= old.len();
+            self.floor = *rv;
+            self.ring.pop_front();
+        }
+    }
+}
+
+struct Hub {
+    state: Mutex<HubState>,
+}
+
+/// A client's place in a hub: the ring's events after its RV, then the live ones.
+pub struct Subscription {
+    backlog: VecDeque<Merged>,
+    live: broadcast::Receiver<Merged>,
+    after: u64,
+}
+
+impl Subscription {
+    /// The next item, or None when the hub ended or this client fell too far behind.
+    pub async fn next(&mut self) -> Option<Merged> {
+        if let Some(m) = self.backlog.pop_front() {
+            return Some(m);
+        }
+        loop {
+            match self.live.recv().await {
+                Ok(Merged::Event(rv, _)) if rv <= self.after => continue,
+                Ok(m) => return Some(m),
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::info!(missed = n, "watch client fell behind its hub; ending its watch so it resumes");
+                    return None;
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    }
+}
+
+impl Hub {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HubState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Joins after `after`, or None if the ring no longer reaches back that far or the hub ended.
+    fn subscribe(&self, after: u64) -> Option<Subscription> {
+        let mut st = self.lock();
+        if after < st.floor {
+            return None;
+        }
+        let live = st.tx.as_ref()?.subscribe();
+        st.idle_since = None;
+        let from = st.ring.partition_point(|(rv, _, _)| *rv <= after);
+        let mut backlog: VecDeque<Merged> = st.ring.range(from..).map(|(rv, b, _)| Merged::Event(*rv, b.clone())).collect();
+        if st.mark > after {
+            backlog.push_back(Merged::Mark(st.mark));
+        }
+        Some(Subscription { backlog, live, after })
+    }
+
+    fn publish(&self, item: Merged) {
+        let mut st = self.lock();
+        match &item {
+            Merged::Event(rv, line) => {
+                st.ring_bytes += line.len();
+                st.ring.push_back((*rv, line.clone(), tokio::time::Instant::now()));
+                st.evict();
+            }
+            Merged::Mark(rv) => st.mark = st.mark.max(*rv),
+            Merged::Error(_) => {}
+        }
+        if let Some(tx) = &st.tx {
+            let _ = tx.send(item);
+        }
+    }
+
+    fn evict(&self) {
+        self.lock().evict();
+    }
+
+    fn end(&self) {
+        self.lock().tx = None;
+    }
+
+    /// Whether the hub has had no client for `LINGER`.
+    fn idle(&self) -> bool {
+        let mut st = self.lock();
+        let clients = st.tx.as_ref().map_or(0, |tx| tx.receiver_count());
+        match (clients, st.idle_since) {
+            (0, None) => {
+                st.idle_since = Some(tokio::time::Instant::now());
+                false
+            }
+            (0, Some(t)) => t.elapsed() >= LINGER,
+            _ => {
+                st.idle_since = None;
+                false
+            }
+        }
+    }
+}
+
+/// The router's hubs, by what they watch.
+pub struct Hubs {
+    map: tokio::sync::Mutex<HashMap<String, Arc<Hub>>>,
+    /// The ring's bounds: at most half of the shards' history.
+    max_events: usize,
+    max_age: Duration,
+}
+
+/// The key of a hub: the collection, filters and representation its clients share.
+fn key(spec: &UpstreamSpec) -> String {
+    let mut params: Vec<&str> = spec.query.split('&').filter(|p| !p.is_empty()).collect();
+    params.sort_unstable();
+    format!("{}?{}#{}", spec.path, params.join("&"), spec.accept.as_ref().and_then(|a| a.to_str().ok()).unwrap_or(""))
+}
+
+impl Hubs {
+    /// Hubs for shards that keep `history`.
+    pub fn new(history: HistoryBound) -> Self {
+        Self { map: Default::default(), max_events: (history.events / 2).min(RING_EVENTS), max_age: history.window / 2 }
+    }
+
+    /// Number of hubs running.
+    pub async fn count(&self) -> usize {
+        self.map.lock().await.len()
+    }
+
+    /// A place after `after` in the hub for `spec`, starting the hub (its upstream after
+    /// `after`) if there is none. `Ok(Ok(None))`: the hub's ring does not reach back to `after`;
+    /// `Ok(Err(answer))`: a shard refused the watch with this answer.
+    pub async fn subscribe(self: &Arc<Self>, shards: &Arc<Shards>, spec: &UpstreamSpec, after: u64) -> Result<Result<Option<Subscription>, Response<Body>>, ApiError> {
+        let key = key(spec);
+        let mut map = self.map.lock().await;
+        if let Some(hub) = map.get(&key) {
+            if let Some(sub) = hub.subscribe(after) {
+                return Ok(Ok(Some(sub)));
+            }
+            if hub.lock().tx.is_some() {
+                return Ok(Ok(None));
+            }
+            map.remove(&key);
+        }
+        let rx = match upstream::open(shards, spec, after).await? {
+            Ok(rx) => rx,
+            Err(answer) => return Ok(Err(answer)),
+        };
+        let (tx, _) = broadcast::channel(FANOUT_BUFFER);
+        let hub = Arc::new(Hub { state: Mutex::new(HubState { ring: VecDeque::new(), max_events: self.max_events, max_bytes: RING_BYTES, max_age: self.max_age, ring_bytes: 0, floor: after, mark: after, tx: Some(tx), idle_since: None }) });
+        let sub = hub.subscribe(after).expect("a new hub takes its first client");
+        map.insert(key.clone(), hub.clone());
+        tracing::debug!(%key, after, "watch hub started");
+        tokio::spawn(self.clone().run(key, hub, rx));
+        Ok(Ok(Some(sub)))
+    }
+
+    async fn run(self: Arc<Self>, key: String, hub: Arc<Hub>, mut rx: tokio::sync::mpsc::Receiver<Merged>) {
+        let mut check = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                item = rx.recv() => match item {
+                    Some(item) => {
+                        let last = matches!(item, Merged::Error(_));
+                        hub.publish(item);
+                        if last {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+                _ = check.tick() => {
+                    hub.evict();
+                    // Decided under the map's lock: no client can be joining meanwhile.
+                    let mut map = self.map.lock().await;
+                    if hub.idle() {
+                        map.remove(&key);
+                        hub.end();
+                        tracing::debug!(%key, "watch hub closed: no clients");
+                        return;
+                    }
+                }
+            }
+        }
+        hub.end();
+        let mut map = self.map.lock().await;
+        if map.get(&key).is_some_and(|h| Arc::ptr_eq(h, &hub)) {
+            map.remove(&key);
+        }
+        tracing::debug!(%key, "watch hub ended with its upstream");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn hub(start: u64, max_events: usize, max_bytes: usize) -> Hub {
+        hub_with_fanout(start, max_events, max_bytes, FANOUT_BUFFER)
+    }
+
+    fn hub_with_fanout(start: u64, max_events: usize, max_bytes: usize, fanout: usize) -> Hub {
+        let (tx, _) = broadcast::channel(fanout);
+        Hub { state: Mutex::new(HubState { ring: VecDeque::new(), max_events, max_bytes, max_age: Duration::from_secs(3600), ring_bytes: 0, floor: start, mark: start, tx: Some(tx), idle_since: None }) }
+    }
+
+    /// Everything a subscription has received so far, as `Subscription::next` yields it (the
+    /// backlog as is, live events after the client's RV): event RVs, marks as negative numbers.
+    fn drain(sub: &mut Subscription) -> Vec<i64> {
+        let mut out = Vec::new();
+        let mut take = |m: Merged| match m {
+            Merged::Event(rv, _) => out.push(rv as i64),
+            Merged::Mark(rv) => out.push(-(rv as i64)),
+            Merged::Error(_) => out.push(0),
+        };
+        while let Some(m) = sub.backlog.pop_front() {
+            take(m);
+        }
+        while let Ok(m) = sub.live.try_recv() {
+            if !matches!(m, Merged::Event(rv, _) if rv <= sub.after) {
+                take(m);
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// A client joining at any RV the ring covers gets exactly the events after it, in
+        /// order, across the ring and the live stream; below the ring it is refused, never
+        /// given a history with a hole.
+        #[test]
+        fn joining_clients_get_exactly_the_events_after_their_rv(
+            gaps in proptest::collection::vec(1u64..4, 1..60),
+            joins in proptest::collection::vec((any::<prop::sample::Index>(), 0u64..3), 1..8),
+            max_events in 1usize..12,
+        ) {
+            let start = 100;
+            let rvs: Vec<u64> = gaps.iter().scan(start, |rv, g| { *rv += g; Some(*rv) }).collect();
+            let h = hub(start, max_events, usize::MAX);
+            let mut subs = Vec::new();
+            let mut joins_at: Vec<(usize, u64)> = joins.iter().map(|(i, back)| (i.index(rvs.len()), *back)).collect();
+            joins_at.sort();
+            let mut next_join = 0;
+            for (i, rv) in rvs.iter().enumerate() {
+                while next_join < joins_at.len() && joins_at[next_join].0 == i {
+                    // Join at an RV already published, up to `back` events back (or the start).
+                    let back = joins_at[next_join].1 as usize;
+                    let after = if i > back { rvs[i - 1 - back] } else { start };
+                    let floor = if i > max_events { rvs[i - 1 - max_events] } else { start };
+                    let sub = h.subscribe(after);
+                    prop_assert_eq!(sub.is_some(), after >= floor, "after {} floor {}", after, floor);
+                    if let Some(s) = sub {
+                        subs.push(s);
+                    }
+                    next_join += 1;
+                }
+                h.publish(Merged::Event(*rv, Bytes::from_static(b"x")));
+            }
+            for mut s in subs {
+                let want: Vec<i64> = rvs.iter().filter(|rv| **rv > s.after).map(|rv| *rv as i64).collect();
+                prop_assert_eq!(drain(&mut s), want);
+            }
+            prop_assert!(h.lock().ring.len() <= max_events);
+        }
+    }
+
+    #[test]
+    fn the_ring_is_bounded_in_bytes_and_joiners_get_the_latest_mark() {
+        let h = hub(10, 1000, 10);
+        for rv in 11..=15 {
+            h.publish(Merged::Event(rv, Bytes::from_static(b"1234")));
+        }
+        // 4 bytes each, 10 at most: the two newest stay; the floor is the last one dropped.
+        let st = h.lock();
+        assert_eq!((st.ring.len(), st.ring_bytes, st.floor), (2, 8, 13));
+        drop(st);
+        assert!(h.subscribe(12).is_none());
+        h.publish(Merged::Mark(15));
+        let mut s = h.subscribe(13).unwrap();
+        assert_eq!(drain(&mut s), vec![14, 15, -15]);
+        // A hub that ended takes no one.
+        h.end();
+        assert!(h.subscribe(15).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_client_that_falls_behind_is_ended_and_the_others_go_on() {
+        let h = hub_with_fanout(0, 100, usize::MAX, 4);
+        let mut slow = h.subscribe(0).unwrap();
+        let mut fast = h.subscribe(0).unwrap();
+        for rv in 1..=3 {
+            h.publish(Merged::Event(rv, Bytes::from_static(b"x")));
+        }
+        for rv in 1..=3 {
+            assert!(matches!(fast.next().await, Some(Merged::Event(r, _)) if r == rv));
+        }
+        for rv in 4..=8 {
+            h.publish(Merged::Event(rv, Bytes::from_static(b"x")));
+            assert!(matches!(fast.next().await, Some(Merged::Event(r, _)) if r == rv), "rv {rv}");
+        }
+        // Eight behind with room for four: the slow client's watch ends (it resumes from its
+        // last RV) while the one that kept up got everything.
+        assert!(slow.next().await.is_none());
+    }
+}
