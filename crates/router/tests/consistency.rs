@@ -1,7 +1,8 @@
 //! I2 and I3 from outside, against etcd's own history: concurrent writers over three shards,
 //! concurrent watchers through the router (from the start, resuming mid-way, and with
 //! sendInitialEvents); every watcher's stream equals etcd's history of the watched set, and a
-//! LIST at revision R equals etcd's range read at R.
+//! LIST at revision R equals etcd's range read at R; paging 2,000 objects while writes continue
+//! yields etcd's state at the first page's RV, each object once (I4).
 
 #[path = "../../../shards/tests/common/mod.rs"]
 mod common;
@@ -145,4 +146,75 @@ async fn watchers_and_lists_through_the_router_equal_etcd() {
         want.sort();
         assert_eq!(got, want, "LIST at {r_at}");
     }
+}
+
+#[tokio::test]
+async fn paging_thousands_while_writes_continue_yields_each_object_once_at_one_rv() {
+    let etcd = Etcd::start().await;
+    let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
+    let mut shards = Vec::new();
+    for r in HashRange::split_even(3) {
+        shards.push(TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
+    }
+    let r = TestShard::start_router(&[etcd.endpoint.clone()], shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
+    r.namespace("demo").await;
+    // 2,000 objects, written 16 at a time.
+    let url = r.url.clone();
+    futures::future::join_all((0..16).map(|w| {
+        let url = url.clone();
+        async move {
+            let c = client();
+            for i in (w..2000).step_by(16) {
+                let resp = c.post(format!("{url}{CM}")).json(&configmap(&format!("p{i:04}"), json!({}))).send().await.unwrap();
+                assert_eq!(resp.status(), 201);
+            }
+        }
+    }))
+    .await;
+    // A writer keeps creating and deleting while a client pages through.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let writer = {
+        let (url, stop) = (url.clone(), stop.clone());
+        tokio::spawn(async move {
+            let c = client();
+            let mut n = 0;
+            while !stop.is_cancelled() {
+                c.post(format!("{url}{CM}")).json(&configmap(&format!("x{n:05}"), json!({}))).send().await.unwrap();
+                c.delete(format!("{url}{CM}/p{:04}", n % 2000)).send().await.unwrap();
+                n += 1;
+            }
+            n
+        })
+    };
+    let mut got: Vec<(String, u64)> = Vec::new();
+    let mut cont: Option<String> = None;
+    let mut list_rv = None;
+    loop {
+        let q = match &cont {
+            Some(c) => format!("{CM}?limit=250&continue={c}"),
+            None => format!("{CM}?limit=250"),
+        };
+        let (code, page) = r.get(&q).await;
+        assert_eq!(code, 200, "{page}");
+        assert_eq!(*list_rv.get_or_insert(rv(&page)), rv(&page), "every page at the first page's RV");
+        got.extend(page["items"].as_array().unwrap().iter().map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i))));
+        match page["metadata"]["continue"].as_str() {
+            Some(c) if !c.is_empty() => {
+                let left = page["metadata"]["remainingItemCount"].as_u64().expect("remainingItemCount with a continue token");
+                assert!(left > 0);
+                cont = Some(c.to_owned());
+            }
+            _ => break,
+        }
+    }
+    stop.cancel();
+    let writes = writer.await.unwrap();
+    assert!(writes > 0, "the writer ran while paging");
+    // Exactly etcd's state at the list's RV, each object once, in (namespace, name) order.
+    let (start_key, end_key) = etcd_layout::range_keys("", "configmaps", HashRange::FULL);
+    let (kvs, _) = storage.list_range(&start_key, &end_key, list_rv.unwrap()).await.unwrap();
+    let mut want: Vec<(String, u64)> = kvs.iter().map(|kv| (etcd_layout::parse_object_key("", "configmaps", &kv.key).unwrap().2.to_owned(), kv.mod_revision)).collect();
+    want.sort();
+    assert!(want.len() >= 1900, "{} objects", want.len());
+    assert_eq!(got, want);
 }
