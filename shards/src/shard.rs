@@ -94,7 +94,7 @@ impl Shard {
         }
         if view.epoch != map.epoch {
             if assigned.ranges().iter().any(|r| !self.ranges.covers(r)) {
-                tracing::warn!(shard = %self.id, epoch = map.epoch, %assigned, cached = %self.ranges, "the range map gives this shard ranges it does not cache; it refuses their keys");
+                tracing::info!(shard = %self.id, epoch = map.epoch, %assigned, cached = %self.ranges, "the stored range map gives this shard ranges it does not cache; it refuses their keys until a map matching its ranges is published");
             }
             tracing::info!(shard = %self.id, epoch = map.epoch, %assigned, "range map epoch");
         }
