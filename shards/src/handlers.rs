@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
 use shardplane_apimachinery::meta::{self, Subresource};
-use shardplane_apimachinery::openapi::{drop_unknown_fields, FieldValidation};
+use shardplane_apimachinery::openapi::{drop_unknown_fields, duplicate_fields, FieldValidation};
 use shardplane_apimachinery::patch::{self, PatchType};
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::status::cause;
@@ -142,7 +142,21 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
     let after = o.continue_token.as_ref().map(|c| format!("{}\0{}", c.after.0, c.after.1));
     let f = filter(t, o);
     let continuing = o.continue_token.is_some();
-    let page = cache.list(at, &f, after.as_deref(), o.limit.map(|l| l as usize), o.selects_everything()).map_err(|e| match e {
+    // A continue token's revision must still be in etcd, as upstream reads continued pages from
+    // etcd: once compacted away, the token is expired even if the cache still has the revision.
+    let compacted = match (continuing, at) {
+        (true, Some(rv)) => match shard.storage.ensure_not_compacted(rv).await {
+            Err(StorageError::Compacted { .. }) => Some(CacheError::TooOld { requested: rv, oldest: rv + 1 }),
+            Err(e) => return Err(storage_err(e)),
+            Ok(()) => None,
+        },
+        _ => None,
+    };
+    let listed = match compacted {
+        Some(e) => Err(e),
+        None => cache.list(at, &f, after.as_deref(), o.limit.map(|l| l as usize), o.selects_everything()),
+    };
+    let page = listed.map_err(|e| match e {
         CacheError::TooOld { .. } if continuing => {
             // Offer an inconsistent continuation from the same key, as upstream does.
             let c = o.continue_token.as_ref().expect("continuing");
@@ -198,8 +212,8 @@ fn respond_warning(code: StatusCode, obj: &mut Value, rv: Option<u64>, unknown: 
         meta::set_resource_version(obj, rv);
     }
     let mut r = body::json(code, serde_json::to_vec(&obj).expect("object serializes"));
-    for field in unknown {
-        let text = format!("299 - \"unknown field \\\"{field}\\\"\"");
+    for problem in unknown {
+        let text = format!("299 - {problem:?}");
         if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
             r.headers_mut().append(axum::http::header::WARNING, v);
         }
@@ -209,9 +223,12 @@ fn respond_warning(code: StatusCode, obj: &mut Value, rv: Option<u64>, unknown: 
 
 /// Applies `fieldValidation` (default Warn): unknown fields are dropped, as decoding into the
 /// typed object drops them upstream; Strict refuses them. Returns the fields to warn about.
-fn validate_fields(info: &ResourceInfo, query: &str, obj: &mut Value) -> Result<Vec<String>, ApiError> {
+fn validate_fields(info: &ResourceInfo, query: &str, obj: &mut Value, raw: &[u8]) -> Result<Vec<String>, ApiError> {
     let mode = FieldValidation::parse(form_value(query, "fieldValidation").as_deref())?;
-    drop_unknown_fields(info, obj, mode)
+    // Duplicate keys exist only in JSON bytes (protobuf bodies start with "k8s\0").
+    let json = raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let duplicates = if json && mode != FieldValidation::Ignore { duplicate_fields(raw) } else { vec![] };
+    drop_unknown_fields(info, obj, mode, &duplicates)
 }
 
 /// Namespace admission: the namespace must exist and not be terminating (read from etcd, since
@@ -227,13 +244,17 @@ async fn check_namespace(shard: &Shard, info: &ResourceInfo, ns: &str, name: &st
     Ok(())
 }
 
+/// The header a router sets on a create with `generateName`: the name it picked to find the
+/// owner, which the shard uses instead of picking another.
+pub const GENERATED_NAME_HEADER: &str = "shardplane-generated-name";
+
 /// POST to a collection.
 pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
     let info = &t.info;
     let mut obj = body::decode_object(headers, raw)?;
     body::check_type(info, &mut obj)?;
     let dry = dry_run(query)?;
-    let unknown = validate_fields(info, query, &mut obj)?;
+    let unknown = validate_fields(info, query, &mut obj, raw)?;
     let path_ns = t.namespace.clone().unwrap_or_default();
     if info.namespaced {
         let body_ns = meta::meta_str(&obj, "namespace").to_owned();
@@ -250,7 +271,9 @@ pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str,
     if meta::meta_str(&obj, "name").is_empty() {
         let prefix = meta::meta_str(&obj, "generateName").to_owned();
         if !prefix.is_empty() {
-            meta::metadata_mut(&mut obj).insert("name".into(), Value::String(meta::generate_name(&prefix)));
+            // A router picked the name already (it needs it to find the owner).
+            let picked = headers.get(GENERATED_NAME_HEADER).and_then(|v| v.to_str().ok()).filter(|n| n.starts_with(&prefix)).map(str::to_owned);
+            meta::metadata_mut(&mut obj).insert("name".into(), Value::String(picked.unwrap_or_else(|| meta::generate_name(&prefix))));
         }
     }
     let name = meta::meta_str(&obj, "name").to_owned();
@@ -284,9 +307,11 @@ fn subresource(t: &Target) -> Result<Subresource, ApiError> {
 
 /// Writes `new` over the stored `kv` (CAS), deleting instead when a finalized object lost its
 /// last finalizer. Returns the response or `None` when the CAS lost and the caller may retry.
-async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, mut new: Value, dry: bool, unknown: &[String]) -> Result<Option<Response<Body>>, ApiError> {
+#[allow(clippy::too_many_arguments)]
+async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old: &Value, mut new: Value, dry: bool, unknown: &[String]) -> Result<Option<Response<Body>>, ApiError> {
     let name = meta::meta_str(&new, "name").to_owned();
-    let causes = meta::validate_object(info, &new);
+    let mut causes = meta::validate_object(info, &new);
+    causes.extend(shardplane_apimachinery::kind_rules::validate_update(info, old, &new));
     if !causes.is_empty() {
         return Err(ApiError::invalid(info.group, info.kind, &name, causes));
     }
@@ -309,7 +334,7 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
     let dry = dry_run(query)?;
     let mut obj = body::decode_object(headers, raw)?;
     body::check_type(info, &mut obj)?;
-    let unknown = validate_fields(info, query, &mut obj)?;
+    let unknown = validate_fields(info, query, &mut obj, raw)?;
     let body_name = meta::meta_str(&obj, "name").to_owned();
     if body_name != name {
         return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
@@ -343,7 +368,7 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
             new["spec"]["finalizers"] = fin.unwrap_or(json!([]));
         }
         meta::prepare_for_update(info, &old, &mut new, sub);
-        if let Some(r) = write_over(shard, info, &key, &kv, new, dry, &unknown).await? {
+        if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &unknown).await? {
             return Ok(r);
         }
         if !precondition.is_empty() {
@@ -384,9 +409,9 @@ pub async fn patch(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, q
             return Err(ApiError::invalid(info.group, info.kind, name, vec![cause("FieldValueInvalid", "metadata.name", "Invalid value: the name and namespace of an object cannot be changed by a patch")]));
         }
         body::check_type(info, &mut new)?;
-        let unknown = validate_fields(info, query, &mut new)?;
+        let unknown = validate_fields(info, query, &mut new, &[])?;
         meta::prepare_for_update(info, &old, &mut new, sub);
-        if let Some(r) = write_over(shard, info, &key, &kv, new, dry, &unknown).await? {
+        if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &unknown).await? {
             return Ok(r);
         }
     }

@@ -224,6 +224,58 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
     }
 }
 
+/// Upstream's DefaultTolerationSeconds admission plugin (on by default): a new pod tolerates
+/// `not-ready` and `unreachable` nodes for 300 s unless it says otherwise for those keys.
+pub fn default_toleration_seconds(pod: &mut Value) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    let Some(list) = tolerations.as_array_mut() else { return };
+    for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
+        let covered = list.iter().any(|t| {
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            (effect.is_empty() || effect == "NoExecute") && (t.get("key").and_then(Value::as_str) == Some(key) || (t.get("key").is_none() && t.get("operator").and_then(Value::as_str) == Some("Exists")))
+        });
+        if !covered {
+            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+        }
+    }
+}
+
+/// The status fields upstream's Go types serialize even at zero (no `omitempty`), by kind.
+fn zero_status_fields(info: &ResourceInfo) -> &'static [&'static str] {
+    match (info.group, info.plural) {
+        ("", "replicationcontrollers") | ("apps", "replicasets") => &["replicas"],
+        ("apps", "statefulsets") => &["replicas", "availableReplicas"],
+        ("apps", "daemonsets") => &["currentNumberScheduled", "numberMisscheduled", "desiredNumberScheduled", "numberReady"],
+        _ => &[],
+    }
+}
+
+/// Gives the object the status fields upstream always serializes (zero scalars, a Service's
+/// `loadBalancer: {}`) where unset, as a Go round trip of the stored object would: strict
+/// clients (the Python client's models) require them.
+pub fn zero_status(info: &ResourceInfo, obj: &mut Value) {
+    let Some(o) = obj.as_object_mut() else { return };
+    if (info.group, info.plural) == ("", "services") {
+        // LoadBalancerStatus is a struct, which Go's encoder never omits.
+        let status = o.entry("status").or_insert_with(|| json!({}));
+        if let Some(s) = status.as_object_mut() {
+            s.entry("loadBalancer").or_insert_with(|| json!({}));
+        }
+        return;
+    }
+    let fields = zero_status_fields(info);
+    if fields.is_empty() {
+        return;
+    }
+    let status = o.entry("status").or_insert_with(|| json!({}));
+    if let Some(s) = status.as_object_mut() {
+        for f in fields {
+            s.entry(*f).or_insert_with(|| json!(0));
+        }
+    }
+}
+
 /// Job's generated selector (upstream's `generateSelector`, on create unless `manualSelector`):
 /// the template carries the controller-uid and job-name labels, the selector matches the uid.
 pub fn generate_job_selector(obj: &mut Value) {

@@ -4,7 +4,8 @@
 //! ([`status`]), the table of served resources ([`resources`]) and request paths to them
 //! ([`request_path`]), list and watch options with upstream's resourceVersion rules
 //! ([`list_options`]), label and field selectors ([`selectors`]), continue tokens
-//! ([`continue_token`]), object metadata rules ([`meta`]) and field defaults ([`defaults`]), the
+//! ([`continue_token`]), object metadata rules ([`meta`]), per-kind validation rules
+//! ([`kind_rules`]) and field defaults ([`defaults`]), the
 //! three patch formats ([`patch`]), protobuf request bodies ([`protobuf`]), OpenAPI documents and
 //! schema-driven field validation ([`openapi`]), and watch event framing ([`watch_event`]).
 //!
@@ -13,6 +14,7 @@
 
 pub mod continue_token;
 pub mod defaults;
+pub mod kind_rules;
 pub mod list_options;
 pub mod meta;
 pub mod openapi;

@@ -192,6 +192,7 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
             }
         }
     }
+    causes.extend(crate::kind_rules::validate(info, obj));
     causes
 }
 
@@ -221,7 +222,9 @@ pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
             o.remove("status");
         }
     }
+    crate::defaults::zero_status(info, obj);
     if info.plural == "pods" && info.group.is_empty() {
+        crate::defaults::default_toleration_seconds(obj);
         let status = obj.as_object_mut().expect("object").entry("status").or_insert_with(|| serde_json::json!({}));
         if let Some(s) = status.as_object_mut() {
             s.entry("phase").or_insert_with(|| Value::String("Pending".into()));
@@ -284,6 +287,7 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
         }
         Subresource::Main => {}
     }
+    crate::defaults::zero_status(info, new);
     if info.tracks_generation && sub == Subresource::Main && old.get("spec") != new.get("spec") {
         let g = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
         metadata_mut(new).insert("generation".into(), Value::from(g));

@@ -330,13 +330,81 @@ fn walk(schema: &Value, v: &mut Value, path: &str, found: &mut Findings) {
     }
 }
 
+/// The paths of keys that occur twice in one object of a JSON document (`spec.replicas`,
+/// `spec.containers[0].name`), in document order. A parsed `Value` keeps only the last, as Go's
+/// decoder does, so strict validation has to read the bytes.
+pub fn duplicate_fields(json: &[u8]) -> Vec<String> {
+    use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use std::cell::RefCell;
+
+    struct Walk<'a> {
+        path: String,
+        found: &'a RefCell<Vec<String>>,
+    }
+    impl<'de> DeserializeSeed<'de> for Walk<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Walk<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            let mut seen = std::collections::HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                let path = if self.path.is_empty() { key.clone() } else { format!("{}.{key}", self.path) };
+                if !seen.insert(key) {
+                    self.found.borrow_mut().push(path.clone());
+                }
+                map.next_value_seed(Walk { path, found: self.found })?;
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut i = 0;
+            while seq.next_element_seed(Walk { path: format!("{}[{i}]", self.path), found: self.found })?.is_some() {
+                i += 1;
+            }
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+    let found = RefCell::new(Vec::new());
+    let mut de = serde_json::Deserializer::from_slice(json);
+    // A body that does not parse was refused before; nothing to report then.
+    let _ = Walk { path: String::new(), found: &found }.deserialize(&mut de);
+    found.into_inner()
+}
+
 /// Decodes `obj` as the typed object would be decoded upstream: a value of the wrong JSON type is
 /// a 400 (`cannot unmarshal … into Go struct field …`); fields the schema does not know are
-/// dropped and their paths returned for `Warn`, or refused with `Strict`.
-pub fn drop_unknown_fields(info: &ResourceInfo, obj: &mut Value, mode: FieldValidation) -> Result<Vec<String>, ApiError> {
-    let Some(name) = schema_name(info.group, info.version, info.kind) else { return Ok(vec![]) };
+/// dropped. Those, and the `duplicates` found in the body, are refused with `Strict` and returned
+/// as warning texts (`unknown field "…"`, `duplicate field "…"`) with `Warn`.
+pub fn drop_unknown_fields(info: &ResourceInfo, obj: &mut Value, mode: FieldValidation, duplicates: &[String]) -> Result<Vec<String>, ApiError> {
     let mut found = Findings::default();
-    walk(&SCHEMAS[name], obj, "", &mut found);
+    if let Some(name) = schema_name(info.group, info.version, info.kind) {
+        walk(&SCHEMAS[name], obj, "", &mut found);
+    }
     if let Some((path, got, expected)) = found.mistyped.first() {
         let field = if path.is_empty() { String::new() } else { format!(" field {}.{path}", info.kind) };
         return Err(ApiError::bad_request(format!(
@@ -345,11 +413,11 @@ pub fn drop_unknown_fields(info: &ResourceInfo, obj: &mut Value, mode: FieldVali
             version = info.version
         )));
     }
-    if mode == FieldValidation::Strict && !found.unknown.is_empty() {
-        let list: Vec<String> = found.unknown.iter().map(|u| format!("unknown field {u:?}")).collect();
-        return Err(ApiError::bad_request(format!("strict decoding error: {}", list.join(", "))));
+    let problems: Vec<String> = found.unknown.iter().map(|u| format!("unknown field {u:?}")).chain(duplicates.iter().map(|d| format!("duplicate field {d:?}"))).collect();
+    if mode == FieldValidation::Strict && !problems.is_empty() {
+        return Err(ApiError::bad_request(format!("strict decoding error: {}", problems.join(", "))));
     }
-    Ok(if mode == FieldValidation::Warn { found.unknown } else { vec![] })
+    Ok(if mode == FieldValidation::Warn { problems } else { vec![] })
 }
 
 #[cfg(test)]
@@ -390,11 +458,11 @@ mod tests {
         let mut obj = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "labels": {"a": "b"}, "bogus": 1},
             "spec": {"unknownField": 1, "template": {"spec": {"containers": [{"name": "c", "image": "i", "wat": true, "resources": {"limits": {"cpu": "1"}}}]}}},
             "status": {"conditions": [{"type": "Available", "nope": 1}]}});
-        let e = drop_unknown_fields(deploy, &mut obj.clone(), FieldValidation::Strict).unwrap_err();
+        let e = drop_unknown_fields(deploy, &mut obj.clone(), FieldValidation::Strict, &[]).unwrap_err();
         assert_eq!(e.code, 400);
         assert!(e.message.starts_with("strict decoding error: unknown field \"metadata.bogus\""), "{}", e.message);
-        let warned = drop_unknown_fields(deploy, &mut obj, FieldValidation::Warn).unwrap();
-        assert_eq!(warned, ["metadata.bogus", "spec.template.spec.containers[0].wat", "spec.unknownField", "status.conditions[0].nope"]);
+        let warned = drop_unknown_fields(deploy, &mut obj, FieldValidation::Warn, &[]).unwrap();
+        assert_eq!(warned, [r#"unknown field "metadata.bogus""#, r#"unknown field "spec.template.spec.containers[0].wat""#, r#"unknown field "spec.unknownField""#, r#"unknown field "status.conditions[0].nope""#]);
         assert_eq!(obj["spec"], json!({"template": {"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": "1"}}}]}}}));
         assert_eq!(obj["metadata"]["labels"], json!({"a": "b"}));
     }
@@ -404,15 +472,30 @@ mod tests {
         let all = builtin_resources();
         let cm = find(&all, "", "v1", "configmaps").unwrap();
         for bad in [json!({"data": 5}), json!({"data": {"k": 1}}), json!({"metadata": "x"}), json!({"metadata": {"labels": {"a": true}}}), json!({"immutable": "yes"})] {
-            let e = drop_unknown_fields(cm, &mut bad.clone(), FieldValidation::Ignore).unwrap_err();
+            let e = drop_unknown_fields(cm, &mut bad.clone(), FieldValidation::Ignore, &[]).unwrap_err();
             assert_eq!(e.code, 400, "{bad}");
             assert!(e.message.starts_with("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal"), "{}", e.message);
         }
         let deploy = find(&all, "apps", "v1", "deployments").unwrap();
         let ok = json!({"spec": {"replicas": null, "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": "25%"}},
             "template": {"spec": {"containers": [{"name": "c", "resources": {"limits": {"cpu": 1, "memory": "1Gi"}}}]}}}});
-        assert!(drop_unknown_fields(deploy, &mut ok.clone(), FieldValidation::Strict).is_ok());
-        let e = drop_unknown_fields(deploy, &mut json!({"spec": {"replicas": "3"}}), FieldValidation::Ignore).unwrap_err();
+        assert!(drop_unknown_fields(deploy, &mut ok.clone(), FieldValidation::Strict, &[]).is_ok());
+        let e = drop_unknown_fields(deploy, &mut json!({"spec": {"replicas": "3"}}), FieldValidation::Ignore, &[]).unwrap_err();
         assert_eq!(e.message, "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field Deployment.spec.replicas of type integer");
+    }
+
+    #[test]
+    fn duplicate_keys_are_found_by_path_and_refused_or_warned() {
+        let body = br#"{"spec": {"unknownField": "x", "replicas": 1, "replicas": 2, "template": {"spec": {"containers": [{"name": "a", "name": "b"}]}}}}"#;
+        let dups = duplicate_fields(body);
+        assert_eq!(dups, ["spec.replicas", "spec.template.spec.containers[0].name"]);
+        let all = builtin_resources();
+        let deploy = find(&all, "apps", "v1", "deployments").unwrap();
+        let mut obj: Value = serde_json::from_slice(body).unwrap();
+        let e = drop_unknown_fields(deploy, &mut obj.clone(), FieldValidation::Strict, &dups).unwrap_err();
+        assert_eq!(e.message, r#"strict decoding error: unknown field "spec.unknownField", duplicate field "spec.replicas", duplicate field "spec.template.spec.containers[0].name""#);
+        let warned = drop_unknown_fields(deploy, &mut obj, FieldValidation::Warn, &dups).unwrap();
+        assert_eq!(warned.len(), 3);
+        assert!(duplicate_fields(br#"{"a": {"b": 1}, "c": [{"b": 1}, {"b": 2}]}"#).is_empty());
     }
 }

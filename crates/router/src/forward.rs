@@ -30,7 +30,7 @@ pub struct Shards {
 }
 
 /// Request headers worth passing to a shard.
-const PASSED: [header::HeaderName; 2] = [header::ACCEPT, header::CONTENT_TYPE];
+const PASSED: [&str; 3] = ["accept", "content-type", shardplane_shard::handlers::GENERATED_NAME_HEADER];
 /// Tries of one request while shards refuse it for a stale map.
 const ROUTING_ATTEMPTS: u32 = 5;
 /// How long `connect` waits for a shard to answer who it is.
@@ -150,7 +150,7 @@ impl Shards {
     pub async fn forward(&self, base: &str, method: &Method, path_and_query: &str, headers: &HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
         let mut req = self.request(method.clone(), format!("{base}{path_and_query}")).body(body);
         for h in PASSED {
-            if let Some(v) = headers.get(&h) {
+            if let Some(v) = headers.get(h) {
                 req = req.header(h, v);
             }
         }

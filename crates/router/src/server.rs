@@ -5,7 +5,7 @@ use crate::forward::{passthrough, Shards};
 use crate::{list, watch};
 use shardplane_shard::metrics::Metrics;
 use shardplane_shard::server::{labels_for, InflightLimits};
-use shardplane_shard::handlers::form_value;
+use shardplane_shard::handlers::{form_value, GENERATED_NAME_HEADER};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, Response, StatusCode};
@@ -145,24 +145,25 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
             // The name decides the shard: read it (or pick it for generateName) first.
             let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
             let media = ct.split(';').next().unwrap_or("").trim();
-            let mut obj: Value = if media == shardplane_apimachinery::protobuf::CONTENT_TYPE {
+            let obj: Value = if media == shardplane_apimachinery::protobuf::CONTENT_TYPE {
                 shardplane_apimachinery::protobuf::decode(&body)?
             } else if !matches!(media, "application/json" | "" | "*/*") {
                 return Err(ApiError::unsupported_media_type(ct));
             } else {
                 serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?
             };
-            if meta::meta_str(&obj, "name").is_empty() {
+            // The body goes on as the client sent it (the shard validates its exact bytes, e.g.
+            // duplicate fields); a name picked here for generateName travels in a header.
+            let mut fwd_headers = headers.clone();
+            let mut name = meta::meta_str(&obj, "name").to_owned();
+            if name.is_empty() {
                 let prefix = meta::meta_str(&obj, "generateName").to_owned();
                 if !prefix.is_empty() {
-                    meta::metadata_mut(&mut obj).insert("name".into(), Value::String(meta::generate_name(&prefix)));
+                    name = meta::generate_name(&prefix);
+                    fwd_headers.insert(GENERATED_NAME_HEADER, HeaderValue::from_str(&name).expect("generated names are header-safe"));
                 }
             }
-            let name = meta::meta_str(&obj, "name").to_owned();
-            let mut json_headers = headers.clone();
-            json_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            let body = Bytes::from(serde_json::to_vec(&obj).expect("json"));
-            shards.routed(|| shards.forward_to_owner(&t.info, &ns, &name, method, &pq, &json_headers, body.clone())).await
+            shards.routed(|| shards.forward_to_owner(&t.info, &ns, &name, method, &pq, &fwd_headers, body.clone())).await
         }
         (&Method::DELETE, None) => {
             // Every shard deletes what it owns; the answer lists everything deleted.

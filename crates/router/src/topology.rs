@@ -7,7 +7,7 @@
 
 use crate::forward::Shards;
 use shardplane_keyspace::HashRange;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,8 @@ pub struct ShardLaunch {
     /// The binary that runs a shard when its first argument is `shard`.
     pub exe: PathBuf,
     pub etcd_endpoints: Vec<String>,
+    /// Extra arguments for every shard (e.g. `--compaction-interval 10`).
+    pub shard_args: Vec<String>,
 }
 
 /// Starts `k` shards and their supervisors; returns the router's view of them and the
@@ -29,7 +31,7 @@ pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shu
     let ranges = HashRange::split_even(k);
     let mut started = Vec::new();
     for (i, r) in ranges.iter().enumerate() {
-        started.push(spawn_shard(&launch.exe, &launch.etcd_endpoints, i, *r).await?);
+        started.push(spawn_shard(&launch, i, *r).await?);
     }
     // The shards describe themselves; the map they make is published (a new epoch only if the
     // ranges changed owner since the last run) before the router serves.
@@ -46,10 +48,11 @@ pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shu
 }
 
 /// Starts one shard process and waits for the address it listens on.
-async fn spawn_shard(exe: &Path, etcd: &[String], i: usize, range: HashRange) -> std::io::Result<(Child, String)> {
-    let mut child = Command::new(exe)
+async fn spawn_shard(launch: &ShardLaunch, i: usize, range: HashRange) -> std::io::Result<(Child, String)> {
+    let mut child = Command::new(&launch.exe)
         .arg("shard")
-        .args(["--etcd-endpoints", &etcd.join(","), "--listen", "127.0.0.1:0", "--range", &range.to_string(), "--id", &shard_id(i)])
+        .args(["--etcd-endpoints", &launch.etcd_endpoints.join(","), "--listen", "127.0.0.1:0", "--range", &range.to_string(), "--id", &shard_id(i)])
+        .args(&launch.shard_args)
         .env(shardplane_shard::cli::EXIT_WITH_STDIN, "1")
         .stdin(Stdio::piped()) // held open by the Child; closes when this process dies
         .stdout(Stdio::piped())
@@ -90,7 +93,7 @@ async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLa
                         _ = tokio::time::sleep(Duration::from_millis(500)) => {}
                         _ = shutdown.cancelled() => return,
                     }
-                    match spawn_shard(&launch.exe, &launch.etcd_endpoints, i, range).await {
+                    match spawn_shard(&launch, i, range).await {
                         Ok((mut c, url)) => {
                             // Same ranges, new address: the map keeps its epoch.
                             while let Err(e) = shards.set_url(&id, url.clone()).await {

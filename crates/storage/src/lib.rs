@@ -196,6 +196,16 @@ impl Storage {
         Ok(resp.header().map_or(0, |h| h.revision() as u64))
     }
 
+    /// Whether etcd still keeps `revision` (it has not been compacted away):
+    /// [`StorageError::Compacted`] if it has.
+    pub async fn ensure_not_compacted(&self, revision: u64) -> Result<()> {
+        let opts = GetOptions::new().with_revision(revision as i64).with_count_only();
+        match self.client.kv_client().get("\0", Some(opts)).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(compacted_or(e, revision)),
+        }
+    }
+
     /// Compacts history up to `revision`.
     pub async fn compact(&self, revision: u64) -> Result<()> {
         self.client.kv_client().compact(revision as i64, None).await?;

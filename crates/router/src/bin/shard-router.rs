@@ -28,6 +28,10 @@ struct Args {
     /// Seconds between bookmarks to watch clients that allow them.
     #[arg(long, default_value_t = 60)]
     bookmark_interval: u64,
+    /// etcd compaction interval in seconds for the shards this router starts (0: off), as
+    /// kube-apiserver's --etcd-compaction-interval.
+    #[arg(long, default_value_t = 300)]
+    compaction_interval: u64,
     /// Where to write a kubeconfig for this endpoint.
     #[arg(long, default_value = ".shardplane/kubeconfig")]
     kubeconfig: PathBuf,
@@ -52,7 +56,7 @@ async fn run(args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shards must be at least 1");
             return std::process::ExitCode::from(2);
         }
-        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone() };
+        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: vec!["--compaction-interval".into(), args.compaction_interval.to_string()] };
         match topology::start(launch, args.shard_count, std::time::Duration::from_secs(args.bookmark_interval.max(1)), shutdown.clone()).await {
             Ok((s, sup, pids)) => {
                 supervisors = sup;
