@@ -5,7 +5,8 @@
 #     on-demand progress requests too early: etcd#15220; see RFCS/0001)
 #   - Go 1.24 and client-go 0.32 from Debian trixie, to build the client-go test client
 #     (shards/tests/clientgo), which sends protobuf bodies as every Go controller does
-#   - python3 + the PyPI `kubernetes` client for the client tests (optional: PY_CLIENT=0 skips)
+#   - python3 + the PyPI `kubernetes` and `kr8s` clients and pytest, for the client tests and the
+#     conformance suite (optional: PY_CLIENT=0 skips)
 # Idempotent: a second run does nothing that is already done.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -56,8 +57,9 @@ if [ ! -x /usr/lib/go-1.24/bin/go ] || [ ! -d /usr/share/gocode/src/k8s.io/clien
 fi
 
 if [ "${PY_CLIENT:-1}" = 1 ]; then
-  if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
-    python3 -m pip install -q --disable-pip-version-check 'kubernetes==37.0.2' >/dev/null
+  # The PyPI clients and test runner of the client tests and the conformance suite.
+  if ! python3 -c 'import kubernetes, kr8s, pytest, pytest_asyncio, pytest_timeout' >/dev/null 2>&1; then
+    python3 -m pip install -q --disable-pip-version-check 'kubernetes==37.0.2' 'kr8s==0.20.15' 'pytest==8.3.4' 'pytest-asyncio==0.24.0' 'pytest-timeout==2.3.1' >/dev/null
   fi
 fi
 echo "deps ok: protoc $(protoc --version | cut -d' ' -f2), etcd at $etcd_bin"

@@ -19,3 +19,8 @@ for k in 1 2 4; do
   echo "== shard suite through a router over $k shards"
   SHARDPLANE_ROUTER_SHARDS=$k run -p shardplane-shard
 done
+# The conformance suite (conformance/README.md) through the router over 4 shards on real etcd;
+# it fails on any failure not listed in conformance/expected-failures.txt and rewrites
+# conformance/RESULTS.md.
+echo "== conformance suite through a router over 4 shards"
+CONFORMANCE_NO_EVENT_SECONDS=3 python3 conformance/run.py --topology router-4 --per-test-timeout 120

@@ -1,0 +1,32 @@
+"""The `k8s_cluster` pytest fixture that the kr8s test suite (shipped in its wheel) expects from
+pytest-kind / pytest-kubernetes, for whatever cluster KUBECONFIG names: `.kubectl(*args)`,
+`.kubectl_path`, `.kubeconfig_path`. The kubectl is the one in $KUBECTL (default: the newest
+installed one), run with a fresh HOME so no cache from another run leaks in."""
+
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+class Cluster:
+    def __init__(self, kubeconfig: str, kubectl: str):
+        self.kubeconfig_path = Path(kubeconfig)
+        self.kubectl_path = kubectl
+        self._home = tempfile.mkdtemp(prefix="conformance-home-")
+
+    def kubectl(self, *args, as_dict=False):
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig_path), "HOME": self._home}
+        out = subprocess.run([self.kubectl_path, *args], env=env, capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed: {out.stderr}")
+        return out.stdout
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster():
+    kubeconfig = os.environ["KUBECONFIG"]
+    kubectl = os.environ.get("KUBECTL", "/usr/lib/google-cloud-sdk/bin/kubectl.1.33")
+    return Cluster(kubeconfig, kubectl)
