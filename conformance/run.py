@@ -48,6 +48,7 @@ def suites():
         "upstream": ("Upstream [Conformance] checks that need only an API server, reproduced with the PyPI kubernetes client", [str(HERE / "upstream")]),
         "shardplane": ("shardplane checks: KEP-5866 shardSelector and the invariants I2-I5 from outside", [str(HERE / "shardplane")]),
         "kubectl": ("kubectl 1.27-1.33 scenario matrix, a fresh HOME per run", [str(HERE / "kubectl")]),
+        "client-go": ("client-go 0.32 (Debian): protobuf writes while SharedInformers (list-watch and WatchList) follow; each must see every acknowledged write and end equal to a LIST", [str(HERE / "clientgo")]),
         "python-kubernetes": (
             "Tests shipped in the PyPI kubernetes wheel (dynamic client, discovery) through a kubernetes.e2e_test.base shim",
             ["-p", "e2e_shim", "--rootdir", k8s, "--confcutdir", k8s, f"{k8s}/dynamic/test_client.py", f"{k8s}/dynamic/test_discovery.py"],

@@ -1,0 +1,42 @@
+"""client-go 0.32 (Debian's golang-k8s-client-go-dev, built here in GOPATH mode) against the
+endpoint KUBECONFIG names: typed clients write with protobuf while a SharedInformer follows, by
+LIST then WATCH and by WatchList (client-go's WatchListClient feature gate). See main.go."""
+
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from kubernetes import config
+
+GO = "/usr/lib/go-1.24/bin/go"
+HERE = Path(__file__).resolve().parent
+# Shared with the Rust client-go test, so the client-go packages compile once.
+CACHE = HERE.parent.parent / "target" / "tmp" / "clientgo"
+
+
+@pytest.fixture(scope="module")
+def binary():
+    if not os.path.exists(GO):
+        pytest.fail("Go 1.24 missing: run deploy/local/install-deps.sh")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    out = CACHE / "informers"
+    env = {**os.environ, "GO111MODULE": "off", "GOPATH": "/usr/share/gocode", "GOCACHE": str(CACHE / "cache"), "GOFLAGS": ""}
+    subprocess.run([GO, "build", "-o", str(out), str(HERE / "main.go")], env=env, check=True, timeout=900)
+    return out
+
+
+def server():
+    c = config.kube_config.Configuration()
+    config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=c)
+    return c.host
+
+
+@pytest.mark.parametrize("watchlist", ["false", "true"], ids=["list-watch", "watchlist"])
+def test_informer_sees_every_acknowledged_write_and_ends_equal_to_a_list(binary, watchlist):
+    ns = f"clientgo-informer-{uuid.uuid4().hex[:5]}"
+    env = {**os.environ, "KUBE_FEATURE_WatchListClient": watchlist}
+    out = subprocess.run([str(binary), server(), ns], env=env, capture_output=True, text=True, timeout=150)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert '"writes":' in out.stdout
