@@ -114,19 +114,19 @@ def test_i4_paging_while_writing_yields_each_object_once_at_one_rv(core, api_cli
     assert len(seen) == len(set(seen))
 
 
-def test_i5_resume_inside_the_window_misses_nothing_and_too_old_is_410(core, api_client, ns):
+def test_i5_resume_inside_the_window_misses_nothing(core, api_client, ns):
+    """Resuming from any RV of the recent history yields exactly the changes after it. (Which RV
+    is too old, and so gets 410 Expired, depends on the server's history window; a fresh server
+    may still hold all of it. shards/tests/api.rs::watch_semantics checks the 410 with a small
+    history.)"""
     path = f"/api/v1/namespaces/{ns}/configmaps"
     start = core.list_namespaced_config_map(ns).metadata.resource_version
     w = RawWatcher(api_client, path, {"resourceVersion": start})
     done = writes(core, ns, 40, 5)
     all_events = changes(w, len(done))
     w.stop()
-    mid = all_events[len(all_events) // 2][2]
-    resumed = RawWatcher(api_client, path, {"resourceVersion": str(mid)})
-    rest = [e for e in all_events if e[2] > mid]
-    assert changes(resumed, len(rest)) == rest
-    resumed.stop()
-    old = RawWatcher(api_client, path, {"resourceVersion": "1"})
-    e = old.next()
-    old.stop()
-    assert e["type"] == "ERROR" and e["object"]["code"] == 410 and e["object"]["reason"] == "Expired", e
+    for mid in (all_events[0][2], all_events[len(all_events) // 2][2], all_events[-2][2]):
+        resumed = RawWatcher(api_client, path, {"resourceVersion": str(mid)})
+        rest = [e for e in all_events if e[2] > mid]
+        assert changes(resumed, len(rest)) == rest
+        resumed.stop()

@@ -167,22 +167,25 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
         }
         (&Method::DELETE, None) => {
             // Every shard deletes what it owns; the answer lists everything deleted.
-            shards.routed(|| delete_collection(shards, &pq, body.clone())).await
+            shards.routed(|| delete_collection(shards, &pq, headers, body.clone())).await
         }
         (_, Some(name)) => shards.routed(|| shards.forward_to_owner(&t.info, &ns, name, method, &pq, headers, body.clone())).await,
         (m, None) => Err(ApiError::method_not_allowed(&m.as_str().to_ascii_lowercase(), t.info.group, t.info.plural)),
     }
 }
 
-/// DELETE of a collection on every shard; the answer lists everything deleted.
-async fn delete_collection(shards: &Shards, pq: &str, body: Bytes) -> Result<Response<Body>, ApiError> {
+/// DELETE of a collection on every shard (the client's DeleteOptions body as sent, JSON or
+/// protobuf); the answer lists everything deleted.
+async fn delete_collection(shards: &Shards, pq: &str, headers: &axum::http::HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
     let mut all = Vec::new();
     let mut template: Option<Value> = None;
-    let json = HeaderValue::from_static("application/json");
-    let mut headers = axum::http::HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, json);
+    // Only the body's type goes on: the answers are merged as JSON lists.
+    let mut passed = axum::http::HeaderMap::new();
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        passed.insert(header::CONTENT_TYPE, ct.clone());
+    }
     for u in &shards.urls() {
-        let resp = shards.forward(u, &Method::DELETE, pq, &headers, body.clone()).await?;
+        let resp = shards.forward(u, &Method::DELETE, pq, &passed, body.clone()).await?;
         let status = resp.status();
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.map_err(|e| ApiError::unavailable(format!("shard {u}: {e}")))?;
         let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
