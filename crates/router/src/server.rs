@@ -87,13 +87,14 @@ async fn dispatch(State(front): State<Arc<Front>>, req: Request) -> Response<Bod
         Err(e) => return error(&e),
     };
     let span = tracing::info_span!("route", %method, %path);
+    let metrics = front.metrics.clone();
     let resp = async move {
         let (parts, body) = req.into_parts();
         let body = match axum::body::to_bytes(body, 3 * 1024 * 1024 + 1).await {
             Ok(b) if b.len() <= 3 * 1024 * 1024 => b,
             _ => return error(&ApiError::too_large(3 * 1024 * 1024)),
         };
-        match route(&shards, &method, &path, &query, &parts.headers, body).await {
+        match route(&shards, &metrics, &method, &path, &query, &parts.headers, body).await {
             Ok(r) => r,
             Err(e) => error(&e),
         }
@@ -110,7 +111,8 @@ async fn dispatch(State(front): State<Arc<Front>>, req: Request) -> Response<Bod
     resp
 }
 
-async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, headers: &axum::http::HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
+#[allow(clippy::too_many_arguments)]
+async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &str, query: &str, headers: &axum::http::HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
     let pq = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
     match path.trim_end_matches('/') {
         "/healthz" | "/livez" => return Ok(Response::new(Body::from("ok"))),
@@ -136,7 +138,9 @@ async fn route(shards: &Arc<Shards>, method: &Method, path: &str, query: &str, h
         (&Method::GET, None) => {
             let o = ListOptions::parse(query, &t.info)?;
             if o.watch {
-                shards.routed(|| watch::watch(shards.clone(), t.clone(), o.clone(), query, headers)).await
+                // apiserver_registered_watchers counts the router's client watches while they run.
+                let gauge = metrics.watchers.with_label_values(&[t.info.group, t.info.version, t.info.kind]);
+                shards.routed(|| watch::watch(shards.clone(), t.clone(), o.clone(), query, headers, gauge.clone())).await
             } else {
                 shards.routed(|| list::list(shards, &t, &o, query, headers)).await
             }

@@ -21,6 +21,7 @@ use shardplane_apimachinery::ApiError;
 use shardplane_shard::handlers::{form_value, View};
 use shardplane_shard::table;
 use shardplane_shard::watch as shard_watch;
+use prometheus::IntGauge;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -58,7 +59,8 @@ impl Source {
 }
 
 /// Serves a merged WATCH.
-pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
+/// `registered` is the client's `apiserver_registered_watchers` gauge, raised while the watch runs.
+pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, headers: &HeaderMap, registered: IntGauge) -> Result<Response<Body>, ApiError> {
     // The client's representation (JSON, Table, PartialObjectMetadata): the shards render live
     // events in it; the initial state, read as JSON, is rendered here the same way.
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
@@ -103,6 +105,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
         initial_end: matches!(o.watch_start(), WatchStart::InitialEvents(_)) && o.allow_bookmarks,
         every: shards.bookmark_interval,
         timeout: shard_watch::watch_timeout(o.timeout_seconds, Duration::from_secs(1800)),
+        _registered: Registered::new(registered),
     };
     tokio::spawn(client.run(initial, source, tx));
     let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<Bytes, std::convert::Infallible>));
@@ -122,6 +125,24 @@ struct Client {
     initial_end: bool,
     every: Duration,
     timeout: Duration,
+    /// Counts this watch while it runs (dropped with the client's task).
+    _registered: Registered,
+}
+
+/// A raised gauge, lowered when dropped.
+struct Registered(IntGauge);
+
+impl Registered {
+    fn new(g: IntGauge) -> Self {
+        g.inc();
+        Self(g)
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 impl Client {

@@ -274,6 +274,14 @@ async fn router_metrics_count_requests_with_upstream_names() {
     let text = client().get(format!("{}/metrics", r.url)).send().await.unwrap().text().await.unwrap();
     assert_eq!(value(&text), before + 1, "{text}");
     assert!(text.contains("apiserver_request_duration_seconds_bucket{"));
+    // apiserver_registered_watchers counts the router's client watches while they run.
+    let gauge = r#"apiserver_registered_watchers{group="",kind="ConfigMap",version="v1"} "#;
+    let watchers = || async { client().get(format!("{}/metrics", r.url)).send().await.unwrap().text().await.unwrap().lines().find_map(|l| l.strip_prefix(gauge)).map_or(0, |v| v.trim().parse::<u64>().unwrap()) };
+    let w1 = r.watch(&format!("{CM}?watch=1")).await;
+    let w2 = r.watch(&format!("{CM}?watch=1&labelSelector=a%3Db")).await;
+    assert_eq!(watchers().await, 2);
+    drop((w1, w2));
+    wait_for(T, || async { watchers().await == 0 }).await;
 }
 
 /// `apiserver_registered_watchers` of ConfigMaps on one shard.
