@@ -54,8 +54,9 @@ async fn collect(w: &mut WatchReader, to: u64) -> Vec<(String, String, u64)> {
     out
 }
 
-#[tokio::test]
-async fn watchers_and_lists_through_the_router_equal_etcd() {
+/// etcd, a client of it, three shards on thirds of the hash space, and a router over them with
+/// namespace `demo`.
+async fn three_shards() -> (Etcd, Storage, Vec<TestShard>, TestShard) {
     let etcd = Etcd::start().await;
     let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
     let mut shards = Vec::new();
@@ -64,6 +65,12 @@ async fn watchers_and_lists_through_the_router_equal_etcd() {
     }
     let r = TestShard::start_router(&[etcd.endpoint.clone()], shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
     r.namespace("demo").await;
+    (etcd, storage, shards, r)
+}
+
+#[tokio::test]
+async fn watchers_and_lists_through_the_router_equal_etcd() {
+    let (_etcd, storage, _shards, r) = three_shards().await;
     let (_, seed) = r.post(CM, &configmap("seed", json!({}))).await;
     let start = rv(&seed);
 
@@ -150,14 +157,7 @@ async fn watchers_and_lists_through_the_router_equal_etcd() {
 
 #[tokio::test]
 async fn paging_thousands_while_writes_continue_yields_each_object_once_at_one_rv() {
-    let etcd = Etcd::start().await;
-    let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
-    let mut shards = Vec::new();
-    for r in HashRange::split_even(3) {
-        shards.push(TestShard::start(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
-    }
-    let r = TestShard::start_router(&[etcd.endpoint.clone()], shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
-    r.namespace("demo").await;
+    let (_etcd, storage, _shards, r) = three_shards().await;
     // 2,000 objects, written 16 at a time.
     let url = r.url.clone();
     futures::future::join_all((0..16).map(|w| {
