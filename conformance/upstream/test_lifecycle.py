@@ -17,6 +17,16 @@ def wait_gone(list_fn, *args, **kwargs):
         time.sleep(0.2)
 
 
+def delete_collection_round_trip(create, list_fn, delete_collection, ns, selector, bodies):
+    """Creates `bodies`, finds exactly them by `selector`, deletes them as a collection, and
+    waits until none is listed."""
+    for b in bodies:
+        create(ns, b)
+    assert len(list_fn(ns, label_selector=selector).items) == len(bodies)
+    delete_collection(ns, label_selector=selector)
+    wait_gone(list_fn, ns, label_selector=selector)
+
+
 def test_configmap_lifecycle(core, ns):
     """ConfigMap should run through a ConfigMap lifecycle"""
     label = {"test-configmap-static": "true"}
@@ -110,11 +120,8 @@ def test_podtemplate_replace(core, ns):
 
 def test_podtemplate_delete_collection(core, ns):
     """PodTemplates should delete a collection of pod templates"""
-    for i in range(3):
-        core.create_namespaced_pod_template(ns, template(f"test-podtemplate-{i}", {"podtemplate-set": "true"}))
-    assert len(core.list_namespaced_pod_template(ns, label_selector="podtemplate-set=true").items) == 3
-    core.delete_collection_namespaced_pod_template(ns, label_selector="podtemplate-set=true")
-    wait_gone(core.list_namespaced_pod_template, ns, label_selector="podtemplate-set=true")
+    bodies = [template(f"test-podtemplate-{i}", {"podtemplate-set": "true"}) for i in range(3)]
+    delete_collection_round_trip(core.create_namespaced_pod_template, core.list_namespaced_pod_template, core.delete_collection_namespaced_pod_template, ns, "podtemplate-set=true", bodies)
 
 
 def test_lease_api(api_client, ns):
@@ -140,8 +147,7 @@ def test_lease_api(api_client, ns):
 
 def test_serviceaccount_lifecycle(core, ns):
     """ServiceAccounts should run through the lifecycle of a ServiceAccount"""
-    w = Watcher(core.list_namespaced_service_account, ns, label_selector="test-serviceaccount-static=true", timeout_seconds=60)
-    time.sleep(0.3)
+    w = Watcher.from_now(core.list_namespaced_service_account, ns, label_selector="test-serviceaccount-static=true", timeout_seconds=60)
     core.create_namespaced_service_account(ns, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="testserviceaccount", labels={"test-serviceaccount-static": "true"})))
     w.expect("ADDED", lambda o: o.metadata.name == "testserviceaccount")
     core.patch_namespaced_service_account("testserviceaccount", ns, {"automountServiceAccountToken": False})
@@ -180,11 +186,8 @@ def test_event_lifecycle(core, ns):
 
 def test_event_delete_collection(core, ns):
     """Events should delete a collection of events"""
-    for i in range(3):
-        core.create_namespaced_event(ns, event(f"test-event-{i}", {"testevent-set": "true"}))
-    assert len(core.list_namespaced_event(ns, label_selector="testevent-set=true").items) == 3
-    core.delete_collection_namespaced_event(ns, label_selector="testevent-set=true")
-    wait_gone(core.list_namespaced_event, ns, label_selector="testevent-set=true")
+    bodies = [event(f"test-event-{i}", {"testevent-set": "true"}) for i in range(3)]
+    delete_collection_round_trip(core.create_namespaced_event, core.list_namespaced_event, core.delete_collection_namespaced_event, ns, "testevent-set=true", bodies)
 
 
 def service(name, labels=None):
@@ -193,11 +196,8 @@ def service(name, labels=None):
 
 def test_service_delete_collection(core, ns):
     """Services should delete a collection of services"""
-    for i in range(3):
-        core.create_namespaced_service(ns, service(f"e2e-svc-{i}", {"e2e-test-service": "delete"}))
-    assert len(core.list_namespaced_service(ns, label_selector="e2e-test-service=delete").items) == 3
-    core.delete_collection_namespaced_service(ns, label_selector="e2e-test-service=delete")
-    wait_gone(core.list_namespaced_service, ns, label_selector="e2e-test-service=delete")
+    bodies = [service(f"e2e-svc-{i}", {"e2e-test-service": "delete"}) for i in range(3)]
+    delete_collection_round_trip(core.create_namespaced_service, core.list_namespaced_service, core.delete_collection_namespaced_service, ns, "e2e-test-service=delete", bodies)
 
 
 def test_service_find_from_all_namespaces(core, ns):
@@ -225,8 +225,7 @@ def test_service_status_lifecycle(core, api_client, ns):
 
 def test_endpoint_lifecycle(core, ns):
     """Services should test the lifecycle of an Endpoint"""
-    w = Watcher(core.list_namespaced_endpoints, ns, label_selector="test-endpoint-static=true", timeout_seconds=60)
-    time.sleep(0.3)
+    w = Watcher.from_now(core.list_namespaced_endpoints, ns, label_selector="test-endpoint-static=true", timeout_seconds=60)
     ep = client.V1Endpoints(metadata=client.V1ObjectMeta(name="testservice", labels={"test-endpoint-static": "true"}),
                             subsets=[client.V1EndpointSubset(addresses=[client.V1EndpointAddress(ip="10.0.0.24")], ports=[client.CoreV1EndpointPort(name="http", port=80, protocol="TCP")])])
     core.create_namespaced_endpoints(ns, ep)
@@ -247,8 +246,7 @@ def test_replication_controller_lifecycle(core, ns):
     rc = client.V1ReplicationController(metadata=client.V1ObjectMeta(name="rc-test", labels=labels), spec=client.V1ReplicationControllerSpec(
         replicas=1, selector={"test-rc-static": "true"},
         template=client.V1PodTemplateSpec(metadata=client.V1ObjectMeta(labels=labels), spec=client.V1PodSpec(containers=[client.V1Container(name="rc-test", image="nginx")]))))
-    w = Watcher(core.list_namespaced_replication_controller, ns, label_selector="test-rc-static=true", timeout_seconds=60)
-    time.sleep(0.3)
+    w = Watcher.from_now(core.list_namespaced_replication_controller, ns, label_selector="test-rc-static=true", timeout_seconds=60)
     core.create_namespaced_replication_controller(ns, rc)
     w.expect("ADDED", lambda o: o.metadata.name == "rc-test")
     core.patch_namespaced_replication_controller("rc-test", ns, {"metadata": {"labels": {"test-rc": "patched"}}})
@@ -268,8 +266,7 @@ def test_job_lifecycle(api_client, ns):
     job = client.V1Job(metadata=client.V1ObjectMeta(name="e2e-job", labels={"e2e-job-label": "e2e-job"}), spec=client.V1JobSpec(
         suspend=True, parallelism=1, completions=1,
         template=client.V1PodTemplateSpec(spec=client.V1PodSpec(restart_policy="Never", containers=[client.V1Container(name="c", image="busybox")]))))
-    w = Watcher(batch.list_namespaced_job, ns, label_selector="e2e-job-label=e2e-job", timeout_seconds=60)
-    time.sleep(0.3)
+    w = Watcher.from_now(batch.list_namespaced_job, ns, label_selector="e2e-job-label=e2e-job", timeout_seconds=60)
     batch.create_namespaced_job(ns, job)
     w.expect("ADDED", lambda o: o.metadata.name == "e2e-job")
     batch.patch_namespaced_job("e2e-job", ns, {"metadata": {"labels": {"e2e-patched-job": "patched"}}})

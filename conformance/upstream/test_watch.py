@@ -30,16 +30,14 @@ def mutate(core, ns, name, n):
 
 def watch_cms(core, ns, rv, *values):
     sel = f"{LABEL} in ({','.join(values)})"
-    kwargs = {"label_selector": sel, "timeout_seconds": 600}
-    if rv is not None:
-        kwargs["resource_version"] = rv
-    return Watcher(core.list_namespaced_config_map, ns, **kwargs)
+    if rv is None:
+        return Watcher.from_now(core.list_namespaced_config_map, ns, label_selector=sel, timeout_seconds=600)
+    return Watcher(core.list_namespaced_config_map, ns, label_selector=sel, timeout_seconds=600, resource_version=rv)
 
 
 def test_watch_configmaps_with_multiple_watchers(core, ns):
     """should observe add, update, and delete watch notifications on configmaps"""
     a, b, ab = watch_cms(core, ns, None, "multiple-watchers-A"), watch_cms(core, ns, None, "multiple-watchers-B"), watch_cms(core, ns, None, "multiple-watchers-A", "multiple-watchers-B")
-    time.sleep(0.5)  # the three watches are open before the first write (upstream opens them synchronously)
     created = core.create_namespaced_config_map(ns, cm("e2e-watch-test-configmap-a", "multiple-watchers-A"))
     for w in (a, ab):
         w.expect("ADDED", lambda o: same_object(o, created))
@@ -82,7 +80,6 @@ def test_watch_configmaps_closed_and_restarted(core, ns):
     """should be able to restart watching from the last resource version observed by the previous watch"""
     name = "e2e-watch-test-watch-closed"
     w = watch_cms(core, ns, None, "watch-closed-and-restarted")
-    time.sleep(0.5)
     core.create_namespaced_config_map(ns, cm(name, "watch-closed-and-restarted"))
     mutate(core, ns, name, 1)
     w.expect("ADDED", lambda o: o.metadata.name == name)
@@ -100,7 +97,6 @@ def test_watch_configmaps_label_changed(core, ns):
     """should observe an object deletion if it stops meeting the requirements of the selector"""
     name = "e2e-watch-test-label-changed"
     w = watch_cms(core, ns, None, "label-changed-and-restored")
-    time.sleep(0.5)
     core.create_namespaced_config_map(ns, cm(name, "label-changed-and-restored"))
     first = mutate(core, ns, name, 1)
     w.expect("ADDED", lambda o: o.metadata.name == name)

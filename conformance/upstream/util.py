@@ -53,6 +53,16 @@ class Watcher:
             self.events.put({"type": "STREAM_ERROR", "object": exc})
         self.events.put(None)
 
+    @classmethod
+    def from_now(cls, list_fn, *args, **kwargs):
+        """A watch of every change after this moment. Upstream's e2e framework opens a watch
+        with RV "" synchronously, so it sees every later write; here the stream connects on a
+        thread, so the watch starts at the RV of a LIST taken now instead: nothing after it can
+        be missed, however late the stream connects."""
+        selectors = {k: v for k, v in kwargs.items() if k in ("label_selector", "field_selector")}
+        rv = list_fn(*args, **selectors).metadata.resource_version
+        return cls(list_fn, *args, resource_version=rv, **kwargs)
+
     def next(self, within=EVENT_WITHIN):
         return self.events.get(timeout=within)
 
