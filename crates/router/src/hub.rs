@@ -165,7 +165,7 @@ impl Hub {
 
 /// The router's hubs, by what they watch.
 pub struct Hubs {
-    map: tokio::sync::Mutex<HashMap<String, Arc<Hub>>>,
+    map: Mutex<HashMap<String, Arc<Hub>>>,
     /// The ring's bounds: at most half of the shards' history.
     max_events: usize,
     max_age: Duration,
@@ -184,26 +184,16 @@ impl Hubs {
         Self { map: Default::default(), max_events: (history.events / 2).min(RING_EVENTS), max_age: history.window / 2 }
     }
 
-    /// Number of hubs running.
-    pub async fn count(&self) -> usize {
-        self.map.lock().await.len()
-    }
-
     /// A place after `after` in the hub for `spec`, starting the hub (its upstream after
     /// `after`) if there is none. `Ok(Ok(None))`: the hub's ring does not reach back to `after`;
     /// `Ok(Err(answer))`: a shard refused the watch with this answer.
     pub async fn subscribe(self: &Arc<Self>, shards: &Arc<Shards>, spec: &UpstreamSpec, after: u64) -> Result<Result<Option<Subscription>, Response<Body>>, ApiError> {
         let key = key(spec);
-        let mut map = self.map.lock().await;
-        if let Some(hub) = map.get(&key) {
-            if let Some(sub) = hub.subscribe(after) {
-                return Ok(Ok(Some(sub)));
-            }
-            if hub.lock().tx.is_some() {
-                return Ok(Ok(None));
-            }
-            map.remove(&key);
+        if let Some(joined) = self.join(&key, after) {
+            return Ok(Ok(joined));
         }
+        // No live hub: open one. The map's lock is not held across the shard requests; if
+        // another client started the same hub meanwhile, join that one and drop this upstream.
         let rx = match upstream::open(shards, spec, after).await? {
             Ok(rx) => rx,
             Err(answer) => return Ok(Err(answer)),
@@ -211,10 +201,36 @@ impl Hubs {
         let (tx, _) = broadcast::channel(FANOUT_BUFFER);
         let hub = Arc::new(Hub { state: Mutex::new(HubState { ring: VecDeque::new(), max_events: self.max_events, max_bytes: RING_BYTES, max_age: self.max_age, ring_bytes: 0, floor: after, mark: after, tx: Some(tx), idle_since: None }) });
         let sub = hub.subscribe(after).expect("a new hub takes its first client");
-        map.insert(key.clone(), hub.clone());
+        {
+            let mut map = self.lock();
+            if let Some(joined) = Self::join_locked(&map, &key, after) {
+                return Ok(Ok(joined));
+            }
+            map.insert(key.clone(), hub.clone());
+        }
         tracing::debug!(%key, after, "watch hub started");
         tokio::spawn(self.clone().run(key, hub, rx));
         Ok(Ok(Some(sub)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Hub>>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `Some(Some(sub))`: joined the live hub for `key`; `Some(None)`: a live hub exists but its
+    /// ring does not reach back to `after`; `None`: no live hub.
+    fn join(&self, key: &str, after: u64) -> Option<Option<Subscription>> {
+        Self::join_locked(&self.lock(), key, after)
+    }
+
+    fn join_locked(map: &HashMap<String, Arc<Hub>>, key: &str, after: u64) -> Option<Option<Subscription>> {
+        let hub = map.get(key)?;
+        match hub.subscribe(after) {
+            Some(sub) => Some(Some(sub)),
+            None if hub.lock().tx.is_some() => Some(None),
+            // An ended hub is replaced (its run() removes it, or the insert overwrites it).
+            None => None,
+        }
     }
 
     async fn run(self: Arc<Self>, key: String, hub: Arc<Hub>, mut rx: tokio::sync::mpsc::Receiver<Merged>) {
@@ -234,7 +250,7 @@ impl Hubs {
                 _ = check.tick() => {
                     hub.evict();
                     // Decided under the map's lock: no client can be joining meanwhile.
-                    let mut map = self.map.lock().await;
+                    let mut map = self.lock();
                     if hub.idle() {
                         map.remove(&key);
                         hub.end();
@@ -245,7 +261,7 @@ impl Hubs {
             }
         }
         hub.end();
-        let mut map = self.map.lock().await;
+        let mut map = self.lock();
         if map.get(&key).is_some_and(|h| Arc::ptr_eq(h, &hub)) {
             map.remove(&key);
         }
