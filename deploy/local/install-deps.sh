@@ -58,8 +58,8 @@ fi
 
 if [ "${PY_CLIENT:-1}" = 1 ]; then
   # The PyPI clients and test runner of the client tests and the conformance suite.
-  if ! python3 -c 'import kubernetes, kr8s, pytest, pytest_asyncio, pytest_timeout' >/dev/null 2>&1; then
-    python3 -m pip install -q --disable-pip-version-check 'kubernetes==37.0.2' 'kr8s==0.20.15' 'pytest==8.3.4' 'pytest-asyncio==0.24.0' 'pytest-timeout==2.3.1' >/dev/null
+  if ! python3 -c 'import kubernetes, kr8s, pytest, pytest_asyncio, pytest_timeout, pytest_rerunfailures' >/dev/null 2>&1; then
+    python3 -m pip install -q --disable-pip-version-check 'kubernetes==37.0.2' 'kr8s==0.20.15' 'pytest==8.3.4' 'pytest-asyncio==0.24.0' 'pytest-timeout==2.3.1' 'pytest-rerunfailures==15.0' >/dev/null
   fi
 fi
 echo "deps ok: protoc $(protoc --version | cut -d' ' -f2), etcd at $etcd_bin"
