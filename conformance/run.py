@@ -49,6 +49,7 @@ def suites():
         "shardplane": ("shardplane checks: KEP-5866 shardSelector and the invariants I2-I5 from outside", [str(HERE / "shardplane")]),
         "kubectl": ("kubectl 1.27-1.33 scenario matrix, a fresh HOME per run", [str(HERE / "kubectl")]),
         "client-go": ("client-go 0.32 (Debian): protobuf writes while SharedInformers (list-watch and WatchList) follow; each must see every acknowledged write and end equal to a LIST", [str(HERE / "clientgo")]),
+        "kube-rs": ("kube-rs's own #[ignore]d cluster tests (kube-client, kube-runtime 5.0.0 from crates.io), built from the published sources", [str(HERE / "kube_rs")]),
         "python-kubernetes": (
             "Tests shipped in the PyPI kubernetes wheel (dynamic client, discovery) through a kubernetes.e2e_test.base shim",
             ["-p", "e2e_shim", "--rootdir", k8s, "--confcutdir", k8s, f"{k8s}/dynamic/test_client.py", f"{k8s}/dynamic/test_discovery.py"],
@@ -155,6 +156,9 @@ def run_suite(name, args, kubeconfig_path, workdir, per_test_timeout):
         "CONFORMANCE_DESELECTED_OUT": str(deselected),
         "NO_PROXY": "127.0.0.1,localhost",
         "HOME": tempfile.mkdtemp(prefix="conformance-home-"),
+        # Builds (kube-rs's tests) still find the toolchain and crates behind the fresh HOME.
+        "CARGO_HOME": os.environ.get("CARGO_HOME") or os.path.expanduser("~/.cargo"),
+        "RUSTUP_HOME": os.environ.get("RUSTUP_HOME") or os.path.expanduser("~/.rustup"),
     }
     cmd = [sys.executable, "-m", "pytest", "-p", "selection", "-p", "no:cacheprovider", "-q", "-rN", "--timeout", str(per_test_timeout), f"--junitxml={junit}", *args]
     started = time.monotonic()
