@@ -83,7 +83,7 @@ pub fn list(info: &ResourceInfo, rv: u64, continue_token: Option<&str>, remainin
         meta.insert("shardInfo".into(), serde_json::json!({ "selector": s }));
     }
     let head = serde_json::json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": meta});
-    let mut out = serde_json::to_vec(&head).expect("list head");
+    let mut out = shardplane_apimachinery::encode::object_bytes(&head);
     out.pop(); // reopen the object
     out.extend_from_slice(b",\"items\":[");
     for (i, o) in items.iter().enumerate() {

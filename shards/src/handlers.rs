@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
+use shardplane_apimachinery::encode;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
 use shardplane_apimachinery::meta::{self, Subresource};
 use shardplane_apimachinery::openapi::{drop_unknown_fields, duplicate_fields, FieldValidation};
@@ -35,25 +36,57 @@ pub struct View {
 
 impl View {
     /// Renders objects (JSON bytes) as a list, or as a Table; `single` renders one object as itself.
-    pub fn render(&self, info: &ResourceInfo, items: &[std::sync::Arc<shardplane_watchcache::CachedObject>], meta: Value, single: bool) -> Response<Body> {
+    pub fn render(&self, info: &ResourceInfo, items: &[std::sync::Arc<shardplane_watchcache::CachedObject>], meta: Value, single: bool) -> Reply {
+        let bytes: Vec<&[u8]> = items.iter().map(|o| o.bytes.as_ref()).collect();
         match self.repr {
-            Representation::Json if single => body::json(StatusCode::OK, items[0].bytes.clone()),
+            Representation::Json if single => Ok(body::json(StatusCode::OK, items[0].bytes.clone())),
             Representation::Json => {
                 let rv = meta["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
-                body::json(StatusCode::OK, body::list(info, rv, meta["continue"].as_str(), meta["remainingItemCount"].as_u64(), meta["shardInfo"]["selector"].as_str(), items))
+                Ok(body::json(StatusCode::OK, body::list(info, rv, meta["continue"].as_str(), meta["remainingItemCount"].as_u64(), meta["shardInfo"]["selector"].as_str(), items)))
             }
-            Representation::Metadata(v) if single => body::json(StatusCode::OK, serde_json::to_vec(&table::partial_metadata(v, &items[0].bytes)).expect("json")),
-            Representation::Metadata(v) => {
-                let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": format!("meta.k8s.io/{v}"), "metadata": meta, "items": items.iter().map(|o| table::partial_metadata(v, &o.bytes)).collect::<Vec<_>>()});
-                body::json(StatusCode::OK, serde_json::to_vec(&list).expect("json"))
+            _ => self.transformed(info, StatusCode::OK, &bytes, meta, single),
+        }
+    }
+
+    /// A write's answer (the object, or the list a delete-collection returns) in the asked
+    /// representation; a `Status` answer and plain JSON pass unchanged, as upstream.
+    pub async fn transform_write(&self, info: &ResourceInfo, reply: Reply) -> Reply {
+        let resp = reply?;
+        if self.repr == Representation::Json || !resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.map_err(|e| ApiError::internal(e.to_string()))?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(e.to_string()))?;
+        if v["kind"] == "Status" {
+            return Ok(body::json(status, bytes));
+        }
+        match v.get("items").and_then(Value::as_array) {
+            Some(items) => {
+                let items: Vec<Vec<u8>> = items.iter().map(|o| serde_json::to_vec(o).expect("json")).collect();
+                let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
+                self.transformed(info, status, &refs, v["metadata"].clone(), false)
             }
-            Representation::Table(v) => {
-                let bytes: Vec<&[u8]> = items.iter().map(|o| o.bytes.as_ref()).collect();
-                let mut r = body::json(StatusCode::OK, table::table(info, v, &bytes, meta, self.include));
-                if let Ok(ct) = axum::http::HeaderValue::from_str(&table::content_type(v)) {
+            None => self.transformed(info, status, &[&bytes], json!({"resourceVersion": v["metadata"]["resourceVersion"]}), true),
+        }
+    }
+
+    /// The PartialObjectMetadata or Table form of one object or a list.
+    fn transformed(&self, info: &ResourceInfo, status: StatusCode, objects: &[&[u8]], meta: Value, single: bool) -> Reply {
+        match self.repr {
+            Representation::Json => unreachable!("plain JSON is not transformed"),
+            Representation::Metadata { list, .. } if list == single => Err(ApiError::metadata_shape_mismatch(list, info.group, info.kind)),
+            Representation::Metadata { version, .. } if single => Ok(body::json(status, encode::object_bytes(&table::partial_metadata(version, objects[0])))),
+            Representation::Metadata { version, .. } => {
+                let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": format!("meta.k8s.io/{version}"), "metadata": meta, "items": objects.iter().map(|o| table::partial_metadata(version, o)).collect::<Vec<_>>()});
+                Ok(body::json(status, encode::object_bytes(&list)))
+            }
+            Representation::Table(version) => {
+                let mut r = body::json(status, table::table(info, version, objects, meta, self.include));
+                if let Ok(ct) = axum::http::HeaderValue::from_str(&table::content_type(version)) {
                     r.headers_mut().insert(axum::http::header::CONTENT_TYPE, ct);
                 }
-                r
+                Ok(r)
             }
         }
     }
@@ -114,7 +147,7 @@ pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str, view: View)
         }
     }
     match cache.get(ns, name) {
-        Some(o) => Ok(view.render(&t.info, &[o.clone()], json!({"resourceVersion": o.rv.to_string()}), true)),
+        Some(o) => view.render(&t.info, &[o.clone()], json!({"resourceVersion": o.rv.to_string()}), true),
         None => Err(ApiError::not_found(t.info.group, t.info.plural, name)),
     }
 }
@@ -182,7 +215,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
     if let Some(s) = &o.shard_selector {
         meta["shardInfo"] = json!({"selector": s.canonical()});
     }
-    Ok(view.render(&t.info, &page.items, meta, false))
+    view.render(&t.info, &page.items, meta, false)
 }
 
 /// Reads the current stored object (from etcd, for a write).
@@ -199,7 +232,7 @@ fn stored_bytes(obj: &Value) -> Vec<u8> {
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
-    serde_json::to_vec(&o).expect("object serializes")
+    encode::object_bytes(&o)
 }
 
 fn respond(code: StatusCode, mut obj: Value, rv: Option<u64>) -> Reply {
@@ -211,7 +244,7 @@ fn respond_warning(code: StatusCode, obj: &mut Value, rv: Option<u64>, unknown: 
     if let Some(rv) = rv {
         meta::set_resource_version(obj, rv);
     }
-    let mut r = body::json(code, serde_json::to_vec(&obj).expect("object serializes"));
+    let mut r = body::json(code, encode::object_bytes(obj));
     for problem in unknown {
         let text = format!("299 - {problem:?}");
         if let Ok(v) = axum::http::HeaderValue::from_str(&text) {

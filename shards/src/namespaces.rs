@@ -68,7 +68,7 @@ pub async fn bootstrap(shard: Arc<Shard>) {
         let Ok(key) = shard.owned_key(&info, namespace, name) else { continue };
         shardplane_apimachinery::meta::prepare_for_create(&info, &mut obj);
         loop {
-            match shard.storage.create(&key, serde_json::to_vec(&obj).expect("json")).await {
+            match shard.storage.create(&key, shardplane_apimachinery::encode::object_bytes(&obj)).await {
                 Ok(_) | Err(shardplane_storage::StorageError::AlreadyExists) => break,
                 Err(e) => {
                     tracing::warn!(object = name, error = %e, "bootstrap object not created yet; retrying");
@@ -186,7 +186,7 @@ async fn finalize(shard: &Shard, ns_info: &shardplane_apimachinery::resources::R
     let result = if spec_done && !shardplane_apimachinery::meta::has_finalizers(&ns) {
         shard.storage.delete(&key, kv.mod_revision).await
     } else {
-        shard.storage.update(&key, serde_json::to_vec(&ns).expect("namespace"), kv.mod_revision).await
+        shard.storage.update(&key, shardplane_apimachinery::encode::object_bytes(&ns), kv.mod_revision).await
     };
     if let Err(e) = result {
         tracing::debug!(namespace = name, error = %e, "namespace finalize lost a race; retrying next sweep");

@@ -5,7 +5,7 @@ use crate::discovery;
 use crate::handlers;
 use shardplane_apimachinery::request_path as path;
 use crate::shard::Shard;
-use crate::table::{self, Representation};
+use crate::table;
 use crate::watch;
 use crate::handlers::View;
 use axum::body::Body;
@@ -243,7 +243,8 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
     if let Some(sent) = headers.get(crate::shard::EPOCH_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
         shard.check_epoch(sent).await?;
     }
-    let repr = if get || *method == Method::DELETE { table::negotiate(headers).ok_or_else(|| ApiError::not_acceptable(accept))? } else { Representation::Json };
+    // Negotiated before anything is done, for writes too (their answer is transformed alike).
+    let repr = table::negotiate(headers).ok_or_else(|| ApiError::not_acceptable(accept))?;
     let view = View { repr, include: table::IncludeObject::parse(handlers::form_value(query, "includeObject").as_deref())? };
     let name = t.name.clone();
     match (method.as_str(), name.as_deref()) {
@@ -257,11 +258,11 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
             }
             handlers::get(shard, &t, n, query, view).await
         }
-        ("POST", None) => handlers::create(shard, &t, headers, query, raw).await,
-        ("PUT", Some(n)) => handlers::update(shard, &t, n, headers, query, raw).await,
-        ("PATCH", Some(n)) => handlers::patch(shard, &t, n, headers, query, raw).await,
-        ("DELETE", Some(n)) => handlers::delete(shard, &t, n, headers, query, raw).await,
-        ("DELETE", None) => handlers::delete_collection(shard, &t, headers, query, raw).await,
+        ("POST", None) => view.transform_write(&t.info, handlers::create(shard, &t, headers, query, raw).await).await,
+        ("PUT", Some(n)) => view.transform_write(&t.info, handlers::update(shard, &t, n, headers, query, raw).await).await,
+        ("PATCH", Some(n)) => view.transform_write(&t.info, handlers::patch(shard, &t, n, headers, query, raw).await).await,
+        ("DELETE", Some(n)) => view.transform_write(&t.info, handlers::delete(shard, &t, n, headers, query, raw).await).await,
+        ("DELETE", None) => view.transform_write(&t.info, handlers::delete_collection(shard, &t, headers, query, raw).await).await,
         (m, _) => Err(ApiError::method_not_allowed(&m.to_ascii_lowercase(), t.info.group, t.info.plural)),
     }
 }

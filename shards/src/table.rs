@@ -11,8 +11,9 @@ pub enum Representation {
     Json,
     /// A Table of this meta.k8s.io version.
     Table(&'static str),
-    /// PartialObjectMetadata (a list: PartialObjectMetadataList) of this meta.k8s.io version.
-    Metadata(&'static str),
+    /// PartialObjectMetadata of this meta.k8s.io version; `list` when the client asked for
+    /// PartialObjectMetadataList (upstream answers 406 when that does not match the response).
+    Metadata { version: &'static str, list: bool },
 }
 
 /// Reads the Accept header in order: the first media range we can serve wins.
@@ -29,11 +30,14 @@ pub fn negotiate(headers: &HeaderMap) -> Option<Representation> {
                 Some("v1beta1") => return Some(Representation::Table("v1beta1")),
                 _ => {}
             },
-            ("application/json" | "*/*" | "application/*", Some("PartialObjectMetadata" | "PartialObjectMetadataList")) if param("g") == Some("meta.k8s.io") => match param("v") {
-                Some("v1") => return Some(Representation::Metadata("v1")),
-                Some("v1beta1") => return Some(Representation::Metadata("v1beta1")),
-                _ => {}
-            },
+            ("application/json" | "*/*" | "application/*", Some(kind @ ("PartialObjectMetadata" | "PartialObjectMetadataList"))) if param("g") == Some("meta.k8s.io") => {
+                let list = kind == "PartialObjectMetadataList";
+                match param("v") {
+                    Some("v1") => return Some(Representation::Metadata { version: "v1", list }),
+                    Some("v1beta1") => return Some(Representation::Metadata { version: "v1beta1", list }),
+                    _ => {}
+                }
+            }
             ("application/json" | "application/yaml" | "*/*" | "application/*", None) => return Some(Representation::Json),
             _ => {}
         }
@@ -310,7 +314,7 @@ mod tests {
         assert_eq!(h("application/json, */*"), Some(Representation::Json));
         assert_eq!(h("application/vnd.kubernetes.protobuf,application/json"), Some(Representation::Json));
         assert_eq!(h("application/vnd.kubernetes.protobuf"), None);
-        assert_eq!(h("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"), Some(Representation::Metadata("v1")));
+        assert_eq!(h("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"), Some(Representation::Metadata { version: "v1", list: true }));
         assert_eq!(h("application/json;as=Other;v=v1;g=meta.k8s.io"), None);
     }
 }

@@ -684,3 +684,63 @@ async fn progress_marks_on_demand_arrive_in_band_for_routers() {
     assert_eq!((e["type"].as_str(), rv(&e["object"])), (Some("ADDED"), rv(&b)));
     assert_eq!(s.send("POST", "/shardplane/v1/progress?group=&resource=nothings", "application/json", "").await.0, 404);
 }
+
+/// Writes answer in the representation asked for, a metadata request of the wrong shape gets
+/// upstream's 406, and objects are written with kind, apiVersion and metadata first.
+#[tokio::test]
+async fn write_answers_follow_accept_and_objects_are_written_in_upstream_key_order() {
+    let (_etcd, s) = setup().await;
+    const META: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    const META_LIST: &str = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
+    let send = |method: reqwest::Method, path: String, accept: &'static str, body: Option<Value>| {
+        let url = format!("{}{path}", s.url);
+        async move {
+            let mut r = client().request(method, url).header("accept", accept);
+            if let Some(b) = body {
+                r = r.header("content-type", "application/merge-patch+json").body(b.to_string());
+            }
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.bytes().await.unwrap())
+        }
+    };
+    let parse = |b: &[u8]| serde_json::from_slice::<Value>(b).unwrap();
+    let client_body = configmap("k", json!({}));
+    let created = client().post(format!("{}{CM}", s.url)).header("accept", META).json(&client_body).send().await.unwrap();
+    assert_eq!(created.status(), 201);
+    let created: Value = created.json().await.unwrap();
+    assert_eq!((created["kind"].as_str(), created["metadata"]["name"].as_str()), (Some("PartialObjectMetadata"), Some("k")));
+    assert!(created.get("data").is_none());
+
+    let (code, patched) = send(reqwest::Method::PATCH, format!("{CM}/k"), META, Some(json!({"data": {"a": "b"}}))).await;
+    let patched = parse(&patched);
+    assert_eq!((code, patched["kind"].as_str(), patched["apiVersion"].as_str()), (200, Some("PartialObjectMetadata"), Some("meta.k8s.io/v1")));
+    // A Status answer is not transformed.
+    let (code, missing) = send(reqwest::Method::PATCH, format!("{CM}/nope"), META, Some(json!({}))).await;
+    assert_eq!((code, parse(&missing)["kind"].as_str()), (404, Some("Status")));
+
+    // The wrong shape for the answer: 406 NotAcceptable, as upstream.
+    let (code, st) = send(reqwest::Method::GET, format!("{CM}/k"), META_LIST, None).await;
+    let st = parse(&st);
+    assert_eq!((code, st["reason"].as_str()), (406, Some("NotAcceptable")));
+    assert_eq!(st["message"], "you requested PartialObjectMetadataList, but the requested object is not a list (*core.ConfigMap)");
+    let (code, st) = send(reqwest::Method::GET, CM.into(), META, None).await;
+    assert_eq!((code, parse(&st)["message"].as_str()), (406, Some("you requested PartialObjectMetadata, but the requested object is a list (*core.ConfigMapList)")));
+
+    // Raw bytes: kind, apiVersion, metadata first; ObjectMeta and ListMeta in their Go order.
+    let (_, one) = send(reqwest::Method::GET, format!("{CM}/k"), "application/json", None).await;
+    let text = String::from_utf8(one.to_vec()).unwrap();
+    assert!(text.starts_with(r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"k","namespace":"demo","uid":"#), "{text}");
+    let (_, list) = send(reqwest::Method::GET, format!("{CM}?limit=1"), "application/json", None).await;
+    let text = String::from_utf8(list.to_vec()).unwrap();
+    assert!(text.starts_with(r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":""#), "{text}");
+    assert!(text.contains(r#""items":[{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"k""#), "{text}");
+
+    // A ConfigMap's delete answers a Success Status (passed as is); a pod's graceful delete
+    // answers the object, transformed.
+    let (code, deleted) = send(reqwest::Method::DELETE, format!("{CM}/k"), META, None).await;
+    assert_eq!((code, parse(&deleted)["kind"].as_str(), parse(&deleted)["status"].as_str()), (200, Some("Status"), Some("Success")));
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "x"}]}});
+    assert_eq!(s.post("/api/v1/namespaces/demo/pods", &pod).await.0, 201);
+    let (code, deleted) = send(reqwest::Method::DELETE, "/api/v1/namespaces/demo/pods/p".into(), META, None).await;
+    assert_eq!((code, parse(&deleted)["kind"].as_str(), parse(&deleted)["metadata"]["name"].as_str()), (200, Some("PartialObjectMetadata"), Some("p")));
+}

@@ -112,3 +112,43 @@ async fn reflector_store_converges_to_the_server_state() {
     assert_eq!(server, ["before", "w0", "w2", "w4"]);
     task.abort();
 }
+
+/// kube-rs's metadata API (`as=PartialObjectMetadata`): get, list, patch and a metadata
+/// watcher see only metadata, and every answer, writes included, is a PartialObjectMetadata.
+#[tokio::test]
+async fn metadata_api_reads_writes_and_watches_partial_object_metadata() {
+    let (_etcd, _shard, api) = setup().await;
+    api.create(&PostParams::default(), &cm("m0")).await.unwrap();
+    let got = api.get_metadata("m0").await.unwrap();
+    assert_eq!(got.metadata.name.as_deref(), Some("m0"));
+    assert_eq!(got.types.as_ref().map(|t| (t.kind.as_str(), t.api_version.as_str())), Some(("PartialObjectMetadata", "meta.k8s.io/v1")));
+    let list = api.list_metadata(&Default::default()).await.unwrap();
+    assert_eq!(list.items.iter().map(|o| o.metadata.name.clone().unwrap()).collect::<Vec<_>>(), ["m0"]);
+    assert_eq!(list.items[0].types.as_ref().map(|t| t.kind.as_str()), Some("PartialObjectMetadata"));
+
+    let patch = json!({"metadata": {"annotations": {"test": "123"}}});
+    let patched = api.patch_metadata("m0", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    assert_eq!(patched.metadata.annotations.as_ref().unwrap()["test"], "123");
+    assert_eq!(patched.types.as_ref().map(|t| (t.kind.as_str(), t.api_version.as_str())), Some(("PartialObjectMetadata", "meta.k8s.io/v1")));
+    // The patch landed on the object itself.
+    assert_eq!(api.get("m0").await.unwrap().metadata.annotations.unwrap()["test"], "123");
+
+    // An Api over PartialObjectMeta watches with metadata-only requests.
+    let meta_api: Api<kube::core::PartialObjectMeta<ConfigMap>> = Api::namespaced(api.clone().into_client(), "kw");
+    let stream = watcher::watcher(meta_api, watcher::Config::default());
+    tokio::pin!(stream);
+    let mut seen = Vec::new();
+    let mut wrote = false;
+    while seen.len() < 2 {
+        match tokio::time::timeout(Duration::from_secs(20), stream.try_next()).await.expect("event in time").unwrap() {
+            Some(Event::InitApply(o)) | Some(Event::Apply(o)) => seen.push(o.metadata.name.unwrap()),
+            Some(Event::InitDone) if !wrote => {
+                wrote = true;
+                api.create(&PostParams::default(), &cm("m1")).await.unwrap();
+            }
+            Some(_) => {}
+            None => panic!("stream ended"),
+        }
+    }
+    assert_eq!(seen, ["m0", "m1"]);
+}

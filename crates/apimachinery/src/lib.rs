@@ -14,6 +14,7 @@
 
 pub mod continue_token;
 pub mod defaults;
+pub mod encode;
 pub mod kind_rules;
 pub mod list_options;
 pub mod meta;

@@ -112,6 +112,18 @@ impl ApiError {
         Self::new(406, "NotAcceptable", format!("only the following media types are accepted: application/json (requested {accept:?})"))
     }
 
+    /// 406 NotAcceptable for a PartialObjectMetadata(List) request whose answer is the other
+    /// shape (upstream names the internal Go type, e.g. `*core.PodList`).
+    pub fn metadata_shape_mismatch(asked_list: bool, group: &str, kind: &str) -> Self {
+        let package = if group.is_empty() { "core" } else { group.split('.').next().unwrap_or(group) };
+        let message = if asked_list {
+            format!("you requested PartialObjectMetadataList, but the requested object is not a list (*{package}.{kind})")
+        } else {
+            format!("you requested PartialObjectMetadata, but the requested object is a list (*{package}.{kind}List)")
+        };
+        Self::new(406, "NotAcceptable", message)
+    }
+
     /// 409 AlreadyExists.
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
         Self::new(409, "AlreadyExists", format!("{} \"{name}\" already exists", qualified(group, resource))).with_details(named(group, resource, name))

@@ -22,9 +22,9 @@ pub fn bookmark(info: &ResourceInfo, rv: u64, initial_end: bool) -> Bytes {
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if initial_end {
         let blueprint = json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": {}, "items": Value::Null});
-        let b64 = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&blueprint).expect("blueprint"));
+        let b64 = base64::engine::general_purpose::STANDARD.encode(crate::encode::object_bytes(&blueprint));
         meta["annotations"] = json!({"k8s.io/initial-events-end": "true", "kubernetes.io/initial-events-list-blueprint": b64});
     }
     let obj = json!({"kind": info.kind, "apiVersion": info.api_version(), "metadata": meta});
-    line("BOOKMARK", &serde_json::to_vec(&obj).expect("bookmark"))
+    line("BOOKMARK", &crate::encode::object_bytes(&obj))
 }

@@ -268,7 +268,7 @@ pub fn shard_status(code: StatusCode, body: &serde_json::Value) -> ApiError {
 
 /// A shard's non-success answer, passed on verbatim (the same Status a single server gives).
 pub fn passthrough(code: StatusCode, body: &serde_json::Value) -> Response<Body> {
-    let mut r = Response::new(Body::from(serde_json::to_vec(body).expect("json")));
+    let mut r = Response::new(Body::from(shardplane_apimachinery::encode::object_bytes(body)));
     *r.status_mut() = code;
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r

@@ -162,7 +162,7 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
     body.extend_from_slice(b",\"apiVersion\":");
     body.extend(serde_json::to_vec(&list.api_version).expect("json"));
     body.extend_from_slice(b",\"metadata\":");
-    body.extend(serde_json::to_vec(&meta).expect("json"));
+    body.extend(shardplane_apimachinery::encode::list_meta_bytes(&serde_json::Value::Object(meta)));
     if let Some(cols) = &list.column_definitions {
         body.extend_from_slice(b",\"columnDefinitions\":");
         body.extend_from_slice(cols.get().as_bytes());

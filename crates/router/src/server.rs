@@ -178,15 +178,23 @@ async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &
     }
 }
 
+/// Where a list answer keeps its entries: a Table's rows, any other list's items.
+fn list_field(list: &Value) -> &'static str {
+    if list["kind"] == "Table" { "rows" } else { "items" }
+}
+
 /// DELETE of a collection on every shard (the client's DeleteOptions body as sent, JSON or
 /// protobuf); the answer lists everything deleted.
 async fn delete_collection(shards: &Shards, pq: &str, headers: &axum::http::HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
     let mut all = Vec::new();
     let mut template: Option<Value> = None;
-    // Only the body's type goes on: the answers are merged as JSON lists.
+    // The body's type and the representation asked for go on (the answers are JSON lists,
+    // Tables or PartialObjectMetadataLists, merged here).
     let mut passed = axum::http::HeaderMap::new();
-    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
-        passed.insert(header::CONTENT_TYPE, ct.clone());
+    for h in [header::CONTENT_TYPE, header::ACCEPT] {
+        if let Some(v) = headers.get(&h) {
+            passed.insert(h, v.clone());
+        }
     }
     for u in &shards.urls() {
         let resp = shards.forward(u, &Method::DELETE, pq, &passed, body.clone()).await?;
@@ -196,10 +204,11 @@ async fn delete_collection(shards: &Shards, pq: &str, headers: &axum::http::Head
         if !status.is_success() {
             return Ok(passthrough(status, &v));
         }
-        all.extend(v["items"].as_array().cloned().unwrap_or_default());
+        all.extend(v[list_field(&v)].as_array().cloned().unwrap_or_default());
         template.get_or_insert(v);
     }
     let mut out = template.unwrap_or(Value::Null);
-    out["items"] = Value::Array(all);
+    let field = list_field(&out);
+    out[field] = Value::Array(all);
     Ok(passthrough(StatusCode::OK, &out))
 }

@@ -92,6 +92,6 @@ pub fn decode_object(info: &ResourceInfo, v: &mut Value, rv: u64) -> Result<Cach
     fields.extend(info.selectable_fields.iter().map(|f| (*f, field_value(v, f).into_boxed_str())));
     let key = cache_key(namespace, name);
     let uid = uid.into();
-    let bytes = Bytes::from(serde_json::to_vec(&v).map_err(|e| e.to_string())?);
+    let bytes = Bytes::from(shardplane_apimachinery::encode::object_bytes(&v));
     Ok(CachedObject { key, bytes, rv, uid, labels: labels.into(), fields: fields.into() })
 }
