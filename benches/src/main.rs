@@ -1,219 +1,186 @@
-//! `bench`: side-by-side measurements in one run, on one etcd (tmpfs), release build only.
+//! `bench`: shardplane's benchmarks, each variant measured side by side in one run on one
+//! machine, written to `benches/RESULTS.md` with plots under `benches/plots/`.
 //!
-//! `cargo run --release -p shardplane-benches --bin bench -- list-watch [--objects N]` loads N
-//! ConfigMaps (~1 KiB each) into etcd, starts one full-range shard and, beside it, a router over
-//! K=4 shards, then measures:
-//! - LIST of all N (unpaged, and paged at limit 500): a raw etcd range read, one shard, the router;
-//! - watch delay: the time from a write to its arrival at a watcher on one shard vs through the
-//!   router, for writes at a steady rate.
-//! It prints a Markdown report (machine, command, date, p50/max) for benches/RESULTS.md.
+//! `cargo run --release -p shardplane-benches -- all` (or one scenario: `memory-per-shard`,
+//! `list`, `watch`, `write`, `churn`) starts etcd on tmpfs, builds and starts `shard-router`
+//! (which starts the shard processes), loads realistic objects and measures. `--smoke` runs
+//! every scenario at tiny sizes (CI runs it in a debug build so the benchmarks never rot; its
+//! report goes to `target/bench-smoke/` and says that its numbers mean nothing).
 
 #[path = "../../shards/tests/common/mod.rs"]
 mod common;
 
+mod churn;
+mod cluster;
+mod list;
+mod memory;
+mod objects;
+mod report;
+mod watch;
+mod write;
+
 use clap::Parser;
-use common::{client, test_config, Etcd, TestShard};
-use serde_json::{json, Value};
-use shardplane_apimachinery::meta;
-use shardplane_apimachinery::resources::{builtin_resources, find};
-use shardplane_keyspace::{etcd_layout, HashRange, ObjectKey, RangeSet};
-use shardplane_storage::Storage;
-use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+use report::{line_plot, Section, Series};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 #[derive(Parser, Debug)]
+#[command(name = "bench")]
 struct Args {
-    /// Scenario: list-watch.
+    /// `all`, or one of: memory-per-shard, list, watch, write, churn.
     scenario: String,
-    /// Objects to load.
-    #[arg(long, default_value_t = 100_000)]
-    objects: usize,
-    /// LIST repetitions per target.
-    #[arg(long, default_value_t = 9)]
-    list_runs: usize,
-    /// Writes observed by the watch-delay measurement.
-    #[arg(long, default_value_t = 400)]
-    watch_writes: usize,
-    /// Shards behind the router.
-    #[arg(long, default_value_t = 4)]
-    shards: u32,
+    /// Tiny sizes: checks that every scenario runs, measures nothing.
+    #[arg(long)]
+    smoke: bool,
+    /// Where to write the report (plots go to a `plots/` directory beside it). Default:
+    /// benches/RESULTS.md, or target/bench-smoke/RESULTS.md with --smoke.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Object counts for memory-per-shard (comma-separated; default 100000,500000, smoke 3000).
+    #[arg(long, value_delimiter = ',')]
+    objects: Vec<usize>,
 }
 
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[((v.len() - 1) as f64 * p).round() as usize]
+const SCENARIOS: [&str; 5] = ["memory-per-shard", "list", "watch", "write", "churn"];
+
+/// What every scenario gets.
+pub struct Ctx {
+    pub router: PathBuf,
+    pub smoke: bool,
+    /// `--objects`: overrides memory-per-shard's N.
+    pub objects: Vec<usize>,
+    plots: PathBuf,
+    fonts: bool,
+    progress: MultiProgress,
 }
 
-async fn load(storage: &Storage, n: usize) {
-    let all = builtin_resources();
-    let info = find(&all, "", "v1", "configmaps").unwrap().clone();
-    let payload = "x".repeat(900);
-    let (tx, rx) = async_channel(n);
-    let workers: Vec<_> = (0..32)
-        .map(|_| {
-            let (storage, rx, info, payload) = (storage.clone(), rx.clone(), info.clone(), payload.clone());
-            tokio::spawn(async move {
-                while let Ok(i) = rx.recv().await {
-                    let name = format!("cm-{i:07}");
-                    let mut obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "bench", "labels": {"app": "bench", "shard-hint": (i % 7).to_string()}}, "data": {"payload": payload}});
-                    meta::prepare_for_create(&info, &mut obj);
-                    let key = etcd_layout::object_key(&ObjectKey::new("", "configmaps", "bench", &name));
-                    storage.create(key.as_bytes(), serde_json::to_vec(&obj).unwrap()).await.unwrap();
-                }
-            })
-        })
-        .collect();
-    for i in 0..n {
-        tx.send(i).await.unwrap();
+impl Ctx {
+    /// A progress bar of `len` steps.
+    pub fn bar(&self, len: u64, what: &str) -> ProgressBar {
+        let b = self.progress.add(ProgressBar::new(len));
+        b.set_style(ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({eta})").expect("template").progress_chars("=> "));
+        b.set_message(what.to_owned());
+        b
     }
-    drop(tx);
-    for w in workers {
-        w.await.unwrap();
+
+    /// A spinner for a step of unknown length.
+    pub fn spinner(&self, what: &str) -> ProgressBar {
+        let b = self.progress.add(ProgressBar::new_spinner());
+        b.set_message(what.to_owned());
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+        b
     }
-}
 
-/// A small MPMC queue from tokio primitives.
-fn async_channel(cap: usize) -> (tokio::sync::mpsc::Sender<usize>, SharedRx) {
-    let (tx, rx) = tokio::sync::mpsc::channel(cap.max(1));
-    (tx, SharedRx(std::sync::Arc::new(tokio::sync::Mutex::new(rx))))
-}
-
-#[derive(Clone)]
-struct SharedRx(std::sync::Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<usize>>>);
-
-impl SharedRx {
-    async fn recv(&self) -> Result<usize, ()> {
-        self.0.lock().await.recv().await.ok_or(())
-    }
-}
-
-async fn time_list(url: &str, path: &str, paged: bool) -> (f64, usize) {
-    let c = client();
-    let start = Instant::now();
-    let mut count = 0;
-    let mut cont: Option<String> = None;
-    loop {
-        let q = match (&cont, paged) {
-            (Some(t), _) => format!("{path}?limit=500&continue={t}"),
-            (None, true) => format!("{path}?limit=500"),
-            (None, false) => path.to_owned(),
-        };
-        let body = c.get(format!("{url}{q}")).send().await.unwrap().bytes().await.unwrap();
-        let v: Value = serde_json::from_slice(&body).unwrap();
-        count += v["items"].as_array().map_or(0, Vec::len);
-        match v["metadata"]["continue"].as_str() {
-            Some(t) if paged && !t.is_empty() => cont = Some(t.to_owned()),
-            _ => break,
+    /// Draws a plot into the plots directory; its file name, or None (reported) if it failed
+    /// or no font is installed.
+    pub fn plot(&self, name: &str, draw: impl FnOnce(&Path) -> Result<(), String>) -> Option<String> {
+        if !self.fonts {
+            eprintln!("plot {name} skipped: no font at /usr/share/fonts/truetype/dejavu (install fonts-dejavu-core)");
+            return None;
+        }
+        match draw(&self.plots.join(name)) {
+            Ok(()) => Some(name.to_owned()),
+            Err(e) => {
+                eprintln!("plot {name} failed: {e}");
+                None
+            }
         }
     }
-    (start.elapsed().as_secs_f64() * 1000.0, count)
+}
+
+/// etcd 3.5 on tmpfs with room for 500,000 realistic objects (the default 2 GiB quota is not).
+pub async fn start_etcd() -> common::Etcd {
+    common::Etcd::start_with(&["--quota-backend-bytes", "8589934592"]).await
+}
+
+fn machine() -> String {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mem_kib: u64 = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| m.lines().find(|l| l.starts_with("MemTotal:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())).unwrap_or(0);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())).unwrap_or_default();
+    format!("{cores} cores ({cpu}), {:.0} GiB", mem_kib as f64 / 1048576.0)
+}
+
+/// The scaling curve: how the measured figures grow with N and K.
+fn scaling(ctx: &Ctx, memory: &[memory::MemoryPoint], list: &[(u32, f64)]) -> Section {
+    let mut s = Section::new("scaling curve");
+    s.line("How the figures above grow with the number of objects N and of shards K, from this run's own measurements.\n");
+    let mut ns: Vec<usize> = memory.iter().map(|p| p.n).collect();
+    ns.dedup();
+    let mut ks: Vec<u32> = memory.iter().map(|p| p.k).collect();
+    ks.sort();
+    ks.dedup();
+    let by_n: Vec<Series> = ks.iter().map(|&k| Series { label: format!("all shards' heap, K={k}"), points: memory.iter().filter(|p| p.k == k).map(|p| (p.n as f64, p.heaps.iter().sum::<f64>() / 1048576.0)).collect() }).collect();
+    let rows: Vec<Vec<String>> = memory.iter().map(|p| vec![p.n.to_string(), p.k.to_string(), report::mib(p.largest()), report::mib(p.heaps.iter().sum()), format!("{:.0}", p.heaps.iter().sum::<f64>() / p.n as f64)]).collect();
+    s.table(&["N", "K", "largest shard heap", "all shards' heap", "heap bytes per object (all shards)"], &rows);
+    if let Some(name) = ctx.plot("memory-vs-objects.png", |p| line_plot(p, "Heap of all shards vs objects", "objects (N)", "heap (MiB)", &by_n)) {
+        s.line(format!("![heap vs N](plots/{name})\n"));
+    }
+    if !list.is_empty() {
+        s.line(format!("LIST of all pods, p50 by K: {}.\n", list.iter().map(|(k, ms)| format!("K={k} {ms:.0} ms")).collect::<Vec<_>>().join(", ")));
+    }
+    s
 }
 
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
-    assert_eq!(args.scenario, "list-watch", "the only scenario so far is list-watch");
-    let etcd = Etcd::start().await;
-    let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
-    let t = Instant::now();
-    load(&storage, args.objects).await;
-    eprintln!("loaded {} objects in {:.1} s", args.objects, t.elapsed().as_secs_f64());
-
-    // One full-range shard, and beside it a router over K shards, on the same etcd.
-    let mut cfg = test_config(&etcd, RangeSet::full());
-    cfg.bookmark_interval = Duration::from_secs(60);
-    let one = TestShard::start_shard(cfg.clone()).await;
-    let mut behind = Vec::new();
-    for r in HashRange::split_even(args.shards) {
-        behind.push(TestShard::start_shard(shardplane_shard::ShardConfig { ranges: RangeSet::from_disjoint(vec![r]).unwrap(), id: format!("bench-{r}"), ..cfg.clone() }).await);
+    let run_all = args.scenario == "all";
+    if !run_all && !SCENARIOS.contains(&args.scenario.as_str()) {
+        eprintln!("bench: unknown scenario {:?}; expected all or one of {}", args.scenario, SCENARIOS.join(", "));
+        std::process::exit(2);
     }
-    let router_handle = TestShard::start_router(&[etcd.endpoint.clone()], behind.iter().map(|s| s.url.clone()).collect(), Duration::from_secs(60)).await;
-    let router = router_handle.url.clone();
-    eprintln!("shards and router ready");
-
-    let path = "/api/v1/namespaces/bench/configmaps";
-    let mut report = String::new();
-    report.push_str(&format!("| LIST of {} ConfigMaps (~1 KiB) | p50 ms | max ms | runs |\n|---|---|---|---|\n", args.objects));
-    let (start_key, end_key) = etcd_layout::range_keys("", "configmaps", HashRange::FULL);
-    let mut etcd_ms = Vec::new();
-    for _ in 0..args.list_runs {
-        let s = Instant::now();
-        let (kvs, _) = storage.list_range(&start_key, &end_key, 0).await.unwrap();
-        assert_eq!(kvs.len(), args.objects);
-        etcd_ms.push(s.elapsed().as_secs_f64() * 1000.0);
+    if cfg!(debug_assertions) && !args.smoke {
+        eprintln!("bench: measurements need a release build (cargo run --release -p shardplane-benches -- ...); only --smoke runs in a debug build");
+        std::process::exit(2);
     }
-    let mut medians = HashMap::new();
-    let mut row = |name: &str, mut v: Vec<f64>| {
-        let p50 = percentile(&mut v, 0.5);
-        let max = percentile(&mut v, 1.0);
-        medians.insert(name.to_owned(), p50);
-        report.push_str(&format!("| {name} | {p50:.0} | {max:.0} | {} |\n", v.len()));
-    };
-    row("etcd range read (raw, no decode)", etcd_ms);
-    for (name, url, paged) in [
-        ("one shard, unpaged", one.url.as_str(), false),
-        (&*format!("router over {} shards, unpaged", args.shards), router.as_str(), false),
-        ("one shard, paged (limit 500)", one.url.as_str(), true),
-        (&*format!("router over {} shards, paged (limit 500)", args.shards), router.as_str(), true),
-    ] {
-        time_list(url, path, paged).await; // warm-up
-        let mut v = Vec::new();
-        for _ in 0..args.list_runs {
-            let (ms, count) = time_list(url, path, paged).await;
-            assert_eq!(count, args.objects, "{name} returned {count}");
-            v.push(ms);
-        }
-        row(name, v);
+    let out = args.out.clone().unwrap_or_else(|| if args.smoke { cluster::workspace_root().join("target/bench-smoke/RESULTS.md") } else { cluster::workspace_root().join("benches/RESULTS.md") });
+    let plots = out.parent().expect("report directory").join("plots");
+    std::fs::create_dir_all(&plots).expect("plots directory");
+    let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), plots, fonts: report::register_font(), progress: MultiProgress::new() };
+    let started = Instant::now();
+    let want = |name: &str| run_all || args.scenario == name;
+    let mut sections = Vec::new();
+    let (mut memory_points, mut list_points) = (Vec::new(), Vec::new());
+    if want("memory-per-shard") {
+        let (s, p) = memory::run(&ctx).await;
+        sections.push(s);
+        memory_points = p;
     }
-    let ratio = |a: &str, b: &str| medians[a] / medians[b];
-    report.push_str(&format!(
-        "\nRouter / one shard (p50): unpaged {:.2}x, paged {:.2}x.\n",
-        ratio(&format!("router over {} shards, unpaged", args.shards), "one shard, unpaged"),
-        ratio(&format!("router over {} shards, paged (limit 500)", args.shards), "one shard, paged (limit 500)")
+    if want("list") {
+        let (s, p) = list::run(&ctx).await;
+        sections.push(s);
+        list_points = p;
+    }
+    if want("watch") {
+        sections.push(watch::run(&ctx).await);
+    }
+    if want("write") {
+        sections.push(write::run(&ctx).await);
+    }
+    if want("churn") {
+        sections.push(churn::run(&ctx).await);
+    }
+    if !memory_points.is_empty() {
+        sections.push(scaling(&ctx, &memory_points, &list_points));
+    }
+    let objects = if args.objects.is_empty() { String::new() } else { format!(" --objects {}", args.objects.iter().map(usize::to_string).collect::<Vec<_>>().join(",")) };
+    let command = format!("cargo run --release -p shardplane-benches -- {}{}{objects}", args.scenario, if args.smoke { " --smoke" } else { "" });
+    let date = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC").to_string();
+    let mut text = format!("# Benchmark results\n\n");
+    if args.smoke {
+        text.push_str("> **Smoke run**: tiny sizes and possibly a debug build. It checks that every scenario runs; its numbers mean nothing.\n\n");
+    }
+    text.push_str(&format!(
+        "- **Command**: `{command}` ({:.1} minutes)\n- **Machine**: {}; Debian 12, etcd 3.5 with its data on /dev/shm. Everything — etcd, the shards, the router and the load — shares these cores.\n- **Date**: {date}\n- Every figure below comes from this one run; variants are measured side by side against the same etcd and data. Where a scenario repeats a measurement, it reports the median (p50) of the repeats.\n\n",
+        started.elapsed().as_secs_f64() / 60.0,
+        machine()
     ));
-
-    // Watch delay: writes straight to etcd at a steady rate; arrival at a watcher on one shard
-    // and through the router, both from the same RV.
-    let rv: u64 = storage.current_revision().await.unwrap();
-    let watch_path = format!("/api/v1/namespaces/bench/configmaps?watch=1&resourceVersion={rv}");
-    let mut arrivals = Vec::new();
-    for url in [one.url.clone(), router.clone()] {
-        let resp = client().get(format!("{url}{watch_path}")).send().await.unwrap();
-        let n = args.watch_writes;
-        arrivals.push(tokio::spawn(async move {
-            let mut w = common::WatchReader::from_response(resp);
-            let mut seen = HashMap::new();
-            while seen.len() < n {
-                let e = w.next_change(Duration::from_secs(30)).await.expect("watch event");
-                seen.insert(e["object"]["metadata"]["name"].as_str().unwrap().to_owned(), Instant::now());
-            }
-            seen
-        }));
+    let met: Vec<&report::Target> = sections.iter().flat_map(|s| &s.targets).collect();
+    text.push_str(&format!("**Targets**: {} of {} met.\n\n", met.iter().filter(|t| t.met).count(), met.len()));
+    for s in &sections {
+        text.push_str(&s.render());
     }
-    let all = builtin_resources();
-    let info = find(&all, "", "v1", "configmaps").unwrap().clone();
-    let mut sent = HashMap::new();
-    let mut tick = tokio::time::interval(Duration::from_millis(10));
-    for i in 0..args.watch_writes {
-        tick.tick().await;
-        let name = format!("w-{i:05}");
-        let mut obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "bench"}, "data": {"i": i.to_string()}});
-        meta::prepare_for_create(&info, &mut obj);
-        let key = etcd_layout::object_key(&ObjectKey::new("", "configmaps", "bench", &name));
-        sent.insert(name, Instant::now());
-        storage.create(key.as_bytes(), serde_json::to_vec(&obj).unwrap()).await.unwrap();
-    }
-    let shard_seen = arrivals.remove(0).await.unwrap();
-    let router_seen = arrivals.remove(0).await.unwrap();
-    let delays = |seen: &HashMap<String, Instant>| -> Vec<f64> { sent.iter().map(|(n, t)| seen[n].duration_since(*t).as_secs_f64() * 1000.0).collect() };
-    let (mut d1, mut d2) = (delays(&shard_seen), delays(&router_seen));
-    let (s50, s99, r50, r99) = (percentile(&mut d1, 0.5), percentile(&mut d1, 0.99), percentile(&mut d2, 0.5), percentile(&mut d2, 0.99));
-    report.push_str(&format!(
-        "\n| Watch delay, write to arrival ({} writes at 100/s) | p50 ms | p99 ms |\n|---|---|---|\n| one shard | {s50:.2} | {s99:.2} |\n| router over {} shards | {r50:.2} | {r99:.2} |\n\nAdded by the router: p50 {:.2} ms, p99 {:.2} ms.\n",
-        args.watch_writes,
-        args.shards,
-        r50 - s50,
-        r99 - s99
-    ));
-    println!("{report}");
+    std::fs::write(&out, text).expect("write report");
+    println!("report: {}", out.display());
 }

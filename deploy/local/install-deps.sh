@@ -5,6 +5,7 @@
 #     on-demand progress requests too early: etcd#15220; see RFCS/0001)
 #   - Go 1.24 and client-go 0.32 from Debian trixie, to build the client-go test client
 #     (shards/tests/clientgo), which sends protobuf bodies as every Go controller does
+#   - fonts-dejavu-core: the font the benchmarks' plots are drawn with
 #   - python3 + the PyPI `kubernetes` and `kr8s` clients and pytest, for the client tests and the
 #     conformance suite (optional: PY_CLIENT=0 skips)
 # Idempotent: a second run does nothing that is already done.
@@ -24,6 +25,11 @@ apt_update_once() {
 if ! command -v protoc >/dev/null 2>&1 || [ ! -f /usr/include/google/protobuf/descriptor.proto ]; then
   apt_update_once
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null
+fi
+
+if [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
+  apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fonts-dejavu-core >/dev/null
 fi
 
 etcd_bin="$tools/etcd/usr/bin/etcd"

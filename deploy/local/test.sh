@@ -19,6 +19,10 @@ for k in 1 2 4; do
   echo "== shard suite through a router over $k shards"
   SHARDPLANE_ROUTER_SHARDS=$k run -p shardplane-shard
 done
+# Every benchmark scenario at tiny sizes in the debug build, so none of them rots (its report
+# goes to target/bench-smoke/ and measures nothing; benches/RESULTS.md comes from release runs).
+echo "== benchmarks, smoke run"
+cargo run -q -p shardplane-benches -- all --smoke
 # The conformance suite (conformance/README.md) through the router over 4 shards on real etcd;
 # it fails on any failure not listed in conformance/expected-failures.txt and rewrites
 # conformance/RESULTS.md.

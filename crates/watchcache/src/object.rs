@@ -18,10 +18,47 @@ pub struct CachedObject {
     pub rv: u64,
     /// `metadata.uid`.
     pub uid: Box<str>,
-    /// `metadata.labels`, sorted by key.
-    pub labels: Box<[(Box<str>, Box<str>)]>,
-    /// The resource's selectable fields, with `metadata.name` and `metadata.namespace` first.
-    pub fields: Box<[(&'static str, Box<str>)]>,
+    /// Labels and selectable field values, packed.
+    attrs: Attrs,
+    /// The names of the resource's selectable fields (beyond name and namespace), in the order
+    /// `attrs` holds their values.
+    field_names: &'static [&'static str],
+}
+
+/// `metadata.labels` (sorted by key) and selectable field values in one allocation, instead of
+/// two per label and one per field: a cached object's selector data costs one small buffer.
+/// Layout: label count, then each label key and value, then each field value; every count and
+/// length a u32 (little-endian) before its bytes.
+#[derive(Debug, PartialEq, Eq)]
+struct Attrs(Box<[u8]>);
+
+impl Attrs {
+    fn new(labels: &[(&str, &str)], fields: &[String]) -> Self {
+        let size = 4 + labels.iter().map(|(k, v)| 8 + k.len() + v.len()).sum::<usize>() + fields.iter().map(|f| 4 + f.len()).sum::<usize>();
+        let mut out = Vec::with_capacity(size);
+        out.extend_from_slice(&(labels.len() as u32).to_le_bytes());
+        for s in labels.iter().flat_map(|(k, v)| [*k, *v]).chain(fields.iter().map(String::as_str)) {
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        Self(out.into_boxed_slice())
+    }
+
+    /// Every string in order (label keys and values alternating, then field values).
+    fn strings(&self) -> impl Iterator<Item = &str> {
+        let mut at = 4;
+        std::iter::from_fn(move || {
+            let len = u32::from_le_bytes(self.0.get(at..at + 4)?.try_into().ok()?) as usize;
+            let s = self.0.get(at + 4..at + 4 + len)?;
+            at += 4 + len;
+            // Written from &str by `new`.
+            Some(std::str::from_utf8(s).unwrap_or(""))
+        })
+    }
+
+    fn label_count(&self) -> usize {
+        u32::from_le_bytes(self.0[..4].try_into().expect("count")) as usize
+    }
 }
 
 impl CachedObject {
@@ -37,12 +74,25 @@ impl CachedObject {
 
     /// A label's value.
     pub fn label(&self, k: &str) -> Option<&str> {
-        self.labels.binary_search_by(|(lk, _)| (**lk).cmp(k)).ok().map(|i| &*self.labels[i].1)
+        let mut s = self.attrs.strings().take(2 * self.attrs.label_count());
+        while let (Some(key), Some(value)) = (s.next(), s.next()) {
+            if key == k {
+                return Some(value);
+            }
+        }
+        None
     }
 
     /// A selectable field's value ("" if absent).
     pub fn field(&self, f: &str) -> &str {
-        self.fields.iter().find(|(k, _)| *k == f).map_or("", |(_, v)| v)
+        match f {
+            "metadata.name" => self.name(),
+            "metadata.namespace" => self.namespace(),
+            _ => match self.field_names.iter().position(|n| *n == f) {
+                Some(i) => self.attrs.strings().nth(2 * self.attrs.label_count() + i).unwrap_or(""),
+                None => "",
+            },
+        }
     }
 }
 
@@ -82,16 +132,54 @@ pub fn decode_object(info: &ResourceInfo, v: &mut Value, rv: u64) -> Result<Cach
     let name = meta.get("name").and_then(Value::as_str).ok_or("object has no name")?;
     let namespace = meta.get("namespace").and_then(Value::as_str).unwrap_or("");
     let uid = meta.get("uid").and_then(Value::as_str).unwrap_or("");
-    let mut labels: Vec<(Box<str>, Box<str>)> = meta
-        .get("labels")
-        .and_then(Value::as_object)
-        .map(|m| m.iter().filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into()))).collect())
-        .unwrap_or_default();
+    let mut labels: Vec<(&str, &str)> = meta.get("labels").and_then(Value::as_object).map(|m| m.iter().filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))).collect()).unwrap_or_default();
     labels.sort();
-    let mut fields: Vec<(&'static str, Box<str>)> = vec![("metadata.name", name.into()), ("metadata.namespace", namespace.into())];
-    fields.extend(info.selectable_fields.iter().map(|f| (*f, field_value(v, f).into_boxed_str())));
+    let fields: Vec<String> = info.selectable_fields.iter().map(|f| field_value(v, f)).collect();
+    let attrs = Attrs::new(&labels, &fields);
     let key = cache_key(namespace, name);
     let uid = uid.into();
-    let bytes = Bytes::from(shardplane_apimachinery::encode::object_bytes(&v));
-    Ok(CachedObject { key, bytes, rv, uid, labels: labels.into(), fields: fields.into() })
+    // The encoder grows its buffer by doubling: without the shrink, a cached object would keep
+    // up to twice its size (Bytes keeps a Vec's capacity).
+    let mut encoded = shardplane_apimachinery::encode::object_bytes(&v);
+    encoded.shrink_to_fit();
+    let bytes = Bytes::from(encoded);
+    Ok(CachedObject { key, bytes, rv, uid, attrs, field_names: info.selectable_fields })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use shardplane_apimachinery::resources::{builtin_resources, find};
+    use std::collections::BTreeMap;
+
+    fn decoded(group: &str, plural: &str, v: Value) -> CachedObject {
+        let all = builtin_resources();
+        let info = find(&all, group, "v1", plural).expect("served");
+        decode_object(info, &mut v.clone(), 7).expect("decodes")
+    }
+
+    #[test]
+    fn fields_and_labels_read_back() {
+        let pod = decoded("", "pods", serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "n", "labels": {"b": "2", "a": "1"}}, "spec": {"nodeName": "node-1", "restartPolicy": "Never"}, "status": {"phase": "Running"}}));
+        assert_eq!((pod.label("a"), pod.label("b"), pod.label("c")), (Some("1"), Some("2"), None));
+        assert_eq!((pod.field("metadata.name"), pod.field("metadata.namespace")), ("p", "n"));
+        assert_eq!((pod.field("spec.nodeName"), pod.field("spec.restartPolicy"), pod.field("status.phase")), ("node-1", "Never", "Running"));
+        assert_eq!(pod.field("spec.unknown"), "");
+        let cm = decoded("", "configmaps", serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}));
+        assert_eq!((cm.label("a"), cm.field("metadata.namespace"), cm.field("metadata.name")), (None, "", "c"));
+    }
+
+    proptest! {
+        /// Packed labels answer like the map they came from.
+        #[test]
+        fn packed_labels_match_a_map(labels in proptest::collection::btree_map("[a-z./-]{0,12}", "[a-zA-Z0-9._-]{0,12}", 0..8), probe in "[a-z./-]{0,12}") {
+            let obj = decoded("", "configmaps", serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n", "labels": labels}}));
+            let model: BTreeMap<String, String> = labels.clone();
+            for (k, v) in &model {
+                prop_assert_eq!(obj.label(k), Some(v.as_str()));
+            }
+            prop_assert_eq!(obj.label(&probe), model.get(&probe).map(String::as_str));
+        }
+    }
 }

@@ -49,8 +49,10 @@ pub async fn run(storage: Storage, cache: Arc<WatchCache>, codec: ObjectCodec, r
 
 async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, shutdown: &CancellationToken) -> Result<(), StorageError> {
     let (kvs, rev) = storage.list_range(&range.start, &range.end, 0).await?;
+    // Consumed here: the stored bytes must not outlive the decode (this function then follows
+    // the watch for as long as the shard runs, and would keep a second copy of every object).
     let objects = kvs
-        .iter()
+        .into_iter()
         .filter(|kv| range.owns_key(codec.info().group, codec.info().plural, &kv.key))
         .filter_map(|kv| codec.decode(&kv.value, kv.mod_revision).map_err(|e| tracing::error!(key = %String::from_utf8_lossy(&kv.key), error = %e, "skipping undecodable object")).ok())
         .collect();

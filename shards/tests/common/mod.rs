@@ -47,15 +47,20 @@ impl Etcd {
     /// releasing it, so a parallel test can take the same port first: when etcd exits at start,
     /// it is started again on fresh ports.
     pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// [`Etcd::start`] with extra etcd flags (e.g. a larger `--quota-backend-bytes`).
+    pub async fn start_with(extra: &[&str]) -> Self {
         for _attempt in 0..5 {
-            if let Some(etcd) = Self::try_start().await {
+            if let Some(etcd) = Self::try_start(extra).await {
                 return etcd;
             }
         }
         panic!("etcd did not start in 5 attempts");
     }
 
-    async fn try_start() -> Option<Self> {
+    async fn try_start(extra: &[&str]) -> Option<Self> {
         let base = if PathBuf::from("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
         let dir = base.join(format!("shardplane-etcd-{}", uuid::Uuid::new_v4()));
         let (client, peer) = (free_port(), free_port());
@@ -66,6 +71,7 @@ impl Etcd {
             .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}"), "--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
             .args(["--initial-cluster", &format!("test=http://127.0.0.1:{peer}")])
             .args(["--log-level", "error", "--experimental-watch-progress-notify-interval", "5s"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

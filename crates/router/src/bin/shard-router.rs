@@ -37,7 +37,12 @@ struct Args {
     kubeconfig: PathBuf,
 }
 
+// jemalloc: its heap statistics are each shard's `shardplane_heap_allocated_bytes`.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
+    shardplane_shard::metrics::heap_is_jemalloc();
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("shard") {
         // A child shard process.

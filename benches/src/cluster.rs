@@ -1,0 +1,148 @@
+//! The system under test, as a user runs it: the `shard-router` binary (release build) starting
+//! K shard processes on one etcd; plus what a benchmark reads from it (each shard's /metrics,
+//! its process's CPU time).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// Builds `shard-router` in the profile the benchmark itself was built in and returns its path
+/// (next to this binary).
+pub fn build_router() -> PathBuf {
+    let mut args = vec!["build", "-q", "--bin", "shard-router"];
+    if !cfg!(debug_assertions) {
+        args.push("--release");
+    }
+    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args(&args).current_dir(workspace_root()).status().expect("cargo");
+    assert!(status.success(), "building shard-router failed");
+    std::env::current_exe().expect("own path").with_file_name("shard-router")
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
+}
+
+/// One shard process of a running topology.
+#[derive(Clone, Debug)]
+pub struct ShardProcess {
+    pub pid: u32,
+    pub url: String,
+}
+
+/// `shard-router --shards K` on `etcd`: the router's URL and its shard processes. Killing the
+/// router (on drop) stops the shards too (each exits when its stdin pipe closes); drop waits
+/// until they are gone.
+pub struct Topology {
+    child: Child,
+    pub url: String,
+    pub shards: Vec<ShardProcess>,
+}
+
+impl Topology {
+    pub async fn start(router: &Path, etcd: &str, k: u32) -> Self {
+        let dir = std::env::temp_dir().join(format!("shardplane-bench-{}", uuid::Uuid::new_v4()));
+        let mut child = Command::new(router)
+            .args(["--etcd-endpoints", etcd, "--shards", &k.to_string(), "--listen", "127.0.0.1:0"])
+            .args(["--compaction-interval", "0", "--bookmark-interval", "60"])
+            .arg("--kubeconfig")
+            .arg(dir.join("kubeconfig"))
+            .env("RUST_LOG", "error")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn shard-router");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let mut shards = Vec::new();
+        let url = tokio::time::timeout(Duration::from_secs(120), async {
+            while let Some(line) = lines.next_line().await.expect("router stdout") {
+                let words: Vec<&str> = line.split_whitespace().collect();
+                match words.as_slice() {
+                    ["shard", _, "pid", pid, url] => shards.push(ShardProcess { pid: pid.parse().expect("pid"), url: (*url).to_owned() }),
+                    ["listening", "on", addr] => return format!("http://{addr}"),
+                    _ => {}
+                }
+            }
+            panic!("shard-router exited before listening");
+        })
+        .await
+        .expect("shard-router listens within 120 s");
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        assert_eq!(shards.len(), k as usize);
+        let t = Self { child, url, shards };
+        t.wait_ready(Duration::from_secs(900)).await;
+        t
+    }
+
+    /// Waits until every shard's caches have loaded (`/readyz`).
+    async fn wait_ready(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        for s in &self.shards {
+            loop {
+                if let Ok(r) = http().get(format!("{}/readyz", s.url)).send().await {
+                    if r.status().is_success() {
+                        break;
+                    }
+                }
+                assert!(Instant::now() < deadline, "shard {} not ready in {within:?}", s.url);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// The router process's pid.
+    pub fn router_pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
+    }
+
+    /// Stops the router and waits until every shard process has exited.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for s in &self.shards {
+            while Path::new(&format!("/proc/{}", s.pid)).exists() && !is_zombie(s.pid) {
+                assert!(Instant::now() < deadline, "shard {} still running", s.pid);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z')).unwrap_or(true)
+}
+
+/// An HTTP client for benchmark traffic (no proxy, pooled).
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder().no_proxy().pool_max_idle_per_host(1024).build().expect("client")
+}
+
+/// A shard's metrics: name{labels} -> value, for the series the benchmarks read.
+pub async fn metrics(url: &str) -> HashMap<String, f64> {
+    let text = http().get(format!("{url}/metrics")).send().await.expect("metrics").text().await.expect("metrics body");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Sum of a metric's series whose name (with labels) starts with `prefix`.
+pub fn sum(m: &HashMap<String, f64>, prefix: &str) -> f64 {
+    m.iter().filter(|(k, _)| k.starts_with(prefix)).map(|(_, v)| v).sum()
+}
+
+/// CPU seconds (user + system) a process has used so far (clock ticks of USER_HZ = 100, as on
+/// every Linux platform shardplane builds for).
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    // After the command: state is field 3, utime 14, stime 15 (1-based) → index 11, 12 here.
+    let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0) + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}

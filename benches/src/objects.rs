@@ -1,0 +1,187 @@
+//! Realistic objects and a bulk loader that writes them straight to etcd in shardplane's layout
+//! (as a shard would store them), so loading 500,000 objects takes seconds, not the API path.
+
+use serde_json::{json, Value};
+use shardplane_apimachinery::encode::object_bytes;
+use shardplane_apimachinery::meta;
+use shardplane_apimachinery::resources::{builtin_resources, find, ResourceInfo};
+use shardplane_keyspace::{etcd_layout, ObjectKey};
+
+/// The kinds of the realistic mix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Pod,
+    ConfigMap,
+    Lease,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 3] = [Kind::Pod, Kind::ConfigMap, Kind::Lease];
+
+    /// (group, version, plural).
+    pub fn resource(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Kind::Pod => ("", "v1", "pods"),
+            Kind::ConfigMap => ("", "v1", "configmaps"),
+            Kind::Lease => ("coordination.k8s.io", "v1", "leases"),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Pod => "Pod",
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Lease => "Lease",
+        }
+    }
+
+    /// The share of the mix: 6 pods, 3 ConfigMaps, 1 Lease in every 10 objects (a cluster's
+    /// pods dominate; every node and controller holds a Lease).
+    pub fn count_in(self, total: usize) -> usize {
+        match self {
+            Kind::Pod => total * 6 / 10,
+            Kind::ConfigMap => total * 3 / 10,
+            Kind::Lease => total - total * 6 / 10 - total * 3 / 10,
+        }
+    }
+
+    pub fn info(self) -> ResourceInfo {
+        let (g, v, p) = self.resource();
+        find(&builtin_resources(), g, v, p).expect("served kind").clone()
+    }
+}
+
+/// Namespaces objects are spread over.
+pub const NAMESPACES: usize = 50;
+
+/// Object `i` of `kind`, as stored: server fields set, ~3.5 KiB for pods, ~1 KiB for
+/// ConfigMaps, ~0.4 KiB for Leases, labels varied by `i`.
+pub fn object(kind: Kind, i: usize) -> (String, Vec<u8>) {
+    let ns = format!("ns-{:02}", i % NAMESPACES);
+    let app = format!("app-{}", i % 97);
+    let mut obj = match kind {
+        Kind::Pod => pod(&ns, i, &app),
+        Kind::ConfigMap => json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i:07}"), "namespace": ns, "labels": {"app": app, "tier": TIERS[i % 3]}},
+            "data": {"config.yaml": format!("# settings {i}\n{}", "key: value-0123456789abcdef\n".repeat(30))},
+        }),
+        Kind::Lease => json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": format!("lease-{i:07}"), "namespace": ns, "labels": {"app": app}},
+            "spec": {"holderIdentity": format!("controller-{}-{:08x}", i % 13, i), "leaseDurationSeconds": 15, "acquireTime": "2026-11-30T00:00:00.000000Z", "renewTime": "2026-11-30T00:00:10.000000Z", "leaseTransitions": i % 5},
+        }),
+    };
+    meta::prepare_for_create(&kind.info(), &mut obj);
+    let name = obj["metadata"]["name"].as_str().expect("name").to_owned();
+    let (group, _, plural) = kind.resource();
+    let key = etcd_layout::object_key(&ObjectKey::new(group, plural, &ns, &name));
+    (key, object_bytes(&obj))
+}
+
+const TIERS: [&str; 3] = ["web", "db", "cache"];
+const TEAMS: [&str; 4] = ["payments", "search", "infra", "ml"];
+const CONDITIONS: [&str; 5] = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"];
+
+fn pod(ns: &str, i: usize, app: &str) -> Value {
+    let conditions: Vec<Value> = CONDITIONS.iter().map(|t| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-29T10:00:05Z"})).collect();
+    let rs = format!("{app}-{:010x}", i / 3);
+    let env: Vec<Value> = (0..6).map(|e| json!({"name": format!("SETTING_{e}"), "value": format!("value-{i}-{e}")})).collect();
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": format!("{rs}-{:05x}", i % 0xfffff), "namespace": ns,
+            "labels": {"app": app, "pod-template-hash": format!("{:010x}", i / 3), "version": format!("v{}", i % 4), "team": TEAMS[i % 4]},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-29T10:00:00Z"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": format!("6f1c2d3e-0000-4000-8000-{i:012x}"), "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": {
+            "containers": [{
+                "name": "main", "image": format!("registry.example.com/{app}:1.{}.{}", i % 10, i % 7),
+                "ports": [{"containerPort": 8080, "name": "http", "protocol": "TCP"}],
+                "env": env,
+                "resources": {"limits": {"cpu": "500m", "memory": "512Mi"}, "requests": {"cpu": "100m", "memory": "128Mi"}},
+                "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}, {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}],
+                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080, "scheme": "HTTP"}, "initialDelaySeconds": 5, "periodSeconds": 10, "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
+                "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"}, "periodSeconds": 5, "timeoutSeconds": 1, "successThreshold": 1, "failureThreshold": 3},
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File", "imagePullPolicy": "IfNotPresent",
+            }],
+            "volumes": [
+                {"name": "config", "configMap": {"name": format!("cm-{:07}", i % 1000), "defaultMode": 420}},
+                {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}, {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}},
+            ],
+            "restartPolicy": "Always", "terminationGracePeriodSeconds": 30, "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default", "serviceAccount": "default", "nodeName": format!("node-{:04}", i % 500),
+            "securityContext": {}, "schedulerName": "default-scheduler", "priority": 0, "enableServiceLinks": true, "preemptionPolicy": "PreemptLowerPriority",
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+            ],
+        },
+        "status": {
+            "phase": "Running", "hostIP": format!("10.0.{}.{}", (i / 250) % 250, i % 250), "podIP": format!("10.244.{}.{}", (i / 250) % 250, i % 250),
+            "podIPs": [{"ip": format!("10.244.{}.{}", (i / 250) % 250, i % 250)}], "startTime": "2026-11-29T10:00:00Z", "qosClass": "Burstable",
+            "conditions": conditions,
+            "containerStatuses": [{"name": "main", "ready": true, "restartCount": i % 3, "started": true, "image": format!("registry.example.com/{app}:1.{}.{}", i % 10, i % 7),
+                "imageID": format!("registry.example.com/{app}@sha256:{:064x}", i), "containerID": format!("containerd://{:064x}", i * 7919),
+                "state": {"running": {"startedAt": "2026-11-29T10:00:03Z"}}, "lastState": {}}],
+        },
+    })
+}
+
+/// Writes every object of `kinds` (the first `count(kind)` of each) to etcd in batched
+/// transactions, `progress` called with the number of objects each batch wrote. Returns
+/// (objects, total JSON bytes) per kind.
+pub async fn load(endpoint: &str, kinds: &[(Kind, std::ops::Range<usize>)], progress: impl Fn(u64) + Send + Sync + 'static) -> std::collections::BTreeMap<Kind, (usize, u64)> {
+    use etcd_client::{Client, Txn, TxnOp};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    const BATCH: usize = 64;
+    const WORKERS: usize = 8;
+    let progress = Arc::new(progress);
+    let mut sizes = std::collections::BTreeMap::new();
+    for (kind, range) in kinds {
+        let items: Arc<Vec<usize>> = Arc::new(range.clone().collect());
+        let bytes = Arc::new(AtomicU64::new(0));
+        let mut tasks = Vec::new();
+        for w in 0..WORKERS {
+            let (items, bytes, progress, endpoint, kind) = (items.clone(), bytes.clone(), progress.clone(), endpoint.to_owned(), *kind);
+            tasks.push(tokio::spawn(async move {
+                let mut client = Client::connect([endpoint], None).await.expect("etcd");
+                for chunk in items.chunks(BATCH).skip(w).step_by(WORKERS) {
+                    let ops: Vec<TxnOp> = chunk
+                        .iter()
+                        .map(|&i| {
+                            let (key, value) = object(kind, i);
+                            bytes.fetch_add(value.len() as u64, Ordering::Relaxed);
+                            TxnOp::put(key, value, None)
+                        })
+                        .collect();
+                    client.txn(Txn::new().and_then(ops)).await.expect("etcd txn");
+                    progress(chunk.len() as u64);
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("loader");
+        }
+        let e = sizes.entry(*kind).or_insert((0, 0));
+        e.0 += range.len();
+        e.1 += bytes.load(Ordering::Relaxed);
+    }
+    sizes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_as_documented() {
+        let len = |k, i| object(k, i).1.len();
+        assert!((3000..4200).contains(&len(Kind::Pod, 12345)), "{}", len(Kind::Pod, 12345));
+        assert!((900..1300).contains(&len(Kind::ConfigMap, 12345)), "{}", len(Kind::ConfigMap, 12345));
+        assert!((300..600).contains(&len(Kind::Lease, 12345)), "{}", len(Kind::Lease, 12345));
+        assert_eq!(Kind::ALL.iter().map(|k| k.count_in(1001)).sum::<usize>(), 1001);
+    }
+}
