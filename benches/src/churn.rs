@@ -2,9 +2,9 @@
 //! 50 watchers follow them through the router. Sessions are ConfigMaps until custom resources
 //! land (issue #8); suspend and resume are merge patches of `data.phase`.
 
-use crate::cluster::{cpu_seconds, http, Topology};
-use crate::report::{percentile, Section};
 use crate::Ctx;
+use crate::cluster::{Topology, cpu_seconds, http};
+use crate::report::{Section, percentile};
 use futures::StreamExt;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -22,7 +22,12 @@ async fn session(c: reqwest::Client, base: String, i: usize) -> [f64; 4] {
     for (step, slot) in out.iter_mut().enumerate() {
         let t = Instant::now();
         let r = match step {
-            0 => c.post(&base).json(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"agent": format!("agent-{}", i % 20)}}, "data": {"phase": "Running", "model": "m-large", "agent": format!("agent-{}", i % 20)}})).send().await,
+            0 => {
+                c.post(&base)
+                    .json(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"agent": format!("agent-{}", i % 20)}}, "data": {"phase": "Running", "model": "m-large", "agent": format!("agent-{}", i % 20)}}))
+                    .send()
+                    .await
+            }
             1 => c.patch(format!("{base}/{name}")).header("content-type", "application/merge-patch+json").body(patch("Suspended")).send().await,
             2 => c.patch(format!("{base}/{name}")).header("content-type", "application/merge-patch+json").body(patch("Running")).send().await,
             _ => c.delete(format!("{base}/{name}")).send().await,
@@ -82,7 +87,9 @@ pub async fn run(ctx: &Ctx) -> Section {
             let mut body = r.bytes_stream();
             let mut n = 0;
             while n < want {
-                let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline.into(), body.next()).await else { break };
+                let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline.into(), body.next()).await else {
+                    break;
+                };
                 n += chunk.iter().filter(|&&b| b == b'\n').count();
             }
             n

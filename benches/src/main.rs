@@ -21,7 +21,7 @@ mod write;
 
 use clap::Parser;
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
-use report::{line_plot, Section, Series};
+use report::{Section, Series, line_plot};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

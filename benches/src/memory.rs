@@ -7,10 +7,10 @@
 //! one-shard topology after each (a fresh start has no watch history, so the difference is the
 //! cache alone).
 
-use crate::cluster::{metrics, sum, Topology};
-use crate::objects::{load, Kind};
-use crate::report::{line_plot, mib, Section, Series};
 use crate::Ctx;
+use crate::cluster::{Topology, metrics, sum};
+use crate::objects::{Kind, load};
+use crate::report::{Section, Series, line_plot, mib};
 use std::collections::BTreeMap;
 
 /// One topology's measurement.

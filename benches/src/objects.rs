@@ -1,11 +1,11 @@
 //! Realistic objects and a bulk loader that writes them straight to etcd in shardplane's layout
 //! (as a shard would store them), so loading 500,000 objects takes seconds, not the API path.
 
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use shardplane_apimachinery::encode::object_bytes;
 use shardplane_apimachinery::meta;
-use shardplane_apimachinery::resources::{builtin_resources, find, ResourceInfo};
-use shardplane_keyspace::{etcd_layout, ObjectKey};
+use shardplane_apimachinery::resources::{ResourceInfo, builtin_resources, find};
+use shardplane_keyspace::{ObjectKey, etcd_layout};
 
 /// The kinds of the realistic mix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -134,8 +134,8 @@ fn pod(ns: &str, i: usize, app: &str) -> Value {
 /// (objects, total JSON bytes) per kind.
 pub async fn load(endpoint: &str, kinds: &[(Kind, std::ops::Range<usize>)], progress: impl Fn(u64) + Send + Sync + 'static) -> std::collections::BTreeMap<Kind, (usize, u64)> {
     use etcd_client::{Client, Txn, TxnOp};
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
     const BATCH: usize = 64;
     const WORKERS: usize = 8;
     let progress = Arc::new(progress);

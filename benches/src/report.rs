@@ -80,21 +80,11 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
     let (x_max, y_max) = (xs.fold(0.0_f64, f64::max) * 1.05, ys.fold(0.0_f64, f64::max) * 1.15);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0..x_max.max(1.0), 0.0..y_max.max(1e-9))
-        .map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root).caption(title, ("sans-serif", 22)).margin(12).x_label_area_size(40).y_label_area_size(70).build_cartesian_2d(0.0..x_max.max(1.0), 0.0..y_max.max(1e-9)).map_err(|e| e.to_string())?;
     chart.configure_mesh().x_desc(x_label).y_desc(y_label).draw().map_err(|e| e.to_string())?;
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2)))
-            .map_err(|e| e.to_string())?
-            .label(s.label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart.draw_series(LineSeries::new(s.points.iter().copied(), color.stroke_width(2))).map_err(|e| e.to_string())?.label(s.label.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
         chart.draw_series(s.points.iter().map(|p| Circle::new(*p, 4, color.filled()))).map_err(|e| e.to_string())?;
     }
     chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw().map_err(|e| e.to_string())?;

@@ -4,16 +4,17 @@
 //!
 //! Writes are ConfigMaps put straight into etcd in shardplane's layout; a write's delay is its
 //! arrival minus the moment its put was sent (so every path includes etcd's commit alike). The
-//! direct-shard watchers see the events of shard 0's range only.
+//! one-shard path is a one-shard topology's shard (the whole range), so every path carries every
+//! event.
 
-use crate::cluster::{http, Topology};
-use crate::report::{line_plot, percentile, Section, Series};
 use crate::Ctx;
+use crate::cluster::{Topology, cpu_seconds, http};
+use crate::report::{Section, Series, line_plot, percentile};
 use futures::StreamExt;
 use serde_json::json;
 use shardplane_apimachinery::encode::object_bytes;
 use shardplane_apimachinery::meta;
-use shardplane_keyspace::{etcd_layout, HashRange, ObjectKey};
+use shardplane_keyspace::{HashRange, ObjectKey, etcd_layout};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +40,9 @@ async fn http_watcher(resp: reqwest::Response, want: usize, deadline: Instant) -
     let mut buf: Vec<u8> = Vec::new();
     let mut body = resp.bytes_stream();
     while got.len() < want {
-        let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline.into(), body.next()).await else { break };
+        let Ok(Some(Ok(chunk))) = tokio::time::timeout_at(deadline.into(), body.next()).await else {
+            break;
+        };
         let now = Instant::now();
         buf.extend_from_slice(&chunk);
         while let Some(nl) = buf.iter().position(|&c| c == b'\n') {
@@ -59,7 +62,9 @@ async fn etcd_watcher(endpoint: String, from: i64, want: usize, ready: tokio::sy
     let _ = ready.send(()).await;
     let mut got = Vec::with_capacity(want);
     while got.len() < want {
-        let Ok(Ok(Some(resp))) = tokio::time::timeout_at(deadline.into(), stream.message()).await else { break };
+        let Ok(Ok(Some(resp))) = tokio::time::timeout_at(deadline.into(), stream.message()).await else {
+            break;
+        };
         let now = Instant::now();
         for e in resp.events() {
             if let Some(kv) = e.kv() {
@@ -127,38 +132,39 @@ struct Phase {
     delays: Vec<f64>,
     complete: usize,
     received: usize,
+    /// Cores busy on average while it ran: the servers (etcd, router, shards), the benchmark.
+    servers_cores: f64,
+    bench_cores: f64,
     seconds: f64,
 }
 
-/// Opens `watchers` watchers on `path`, writes `count` objects at `rate`/s, and collects.
-async fn phase(t: &Topology, endpoint: &str, k: u32, path: Path, watchers: usize, first: usize, count: usize, rate: usize) -> Phase {
+/// Opens `watchers` watchers on `path` (the router's URL or the one shard's; `None` for etcd),
+/// writes `count` objects at `rate`/s, and collects.
+async fn phase(base: Option<&str>, endpoint: &str, servers: &[u32], watchers: usize, first: usize, count: usize, rate: usize) -> Phase {
     let rv = shardplane_storage::Storage::connect(&[endpoint.to_owned()]).await.expect("etcd").current_revision().await.expect("rv");
-    let shard0 = HashRange::split_even(k)[0];
-    let expected: Vec<usize> = (first..first + count).filter(|&i| path != Path::Shard || shard0.contains(ObjectKey::new("", "configmaps", NS, &format!("w-{i:07}")).hash())).collect();
-    let want = expected.len();
+    let want = count;
     let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_secs_f64(count as f64 / rate as f64);
     let mut tasks = Vec::new();
-    let base = match path {
-        Path::Router => t.url.clone(),
-        _ => t.shards[0].url.clone(),
-    };
     let c = http();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel(watchers.max(1));
     for _ in 0..watchers {
-        if path == Path::Etcd {
-            tasks.push(tokio::spawn(etcd_watcher(endpoint.to_owned(), rv as i64 + 1, want, ready_tx.clone(), deadline)));
-        } else {
-            let r = c.get(format!("{base}/api/v1/namespaces/{NS}/configmaps?watch=1&resourceVersion={rv}")).send().await.expect("watch");
-            assert!(r.status().is_success(), "watch: {}", r.status());
-            tasks.push(tokio::spawn(http_watcher(r, want, deadline)));
+        match base {
+            None => tasks.push(tokio::spawn(etcd_watcher(endpoint.to_owned(), rv as i64 + 1, want, ready_tx.clone(), deadline))),
+            Some(base) => {
+                let r = c.get(format!("{base}/api/v1/namespaces/{NS}/configmaps?watch=1&resourceVersion={rv}")).send().await.expect("watch");
+                assert!(r.status().is_success(), "watch: {}", r.status());
+                tasks.push(tokio::spawn(http_watcher(r, want, deadline)));
+            }
         }
     }
-    if path == Path::Etcd {
+    if base.is_none() {
         for _ in 0..watchers {
             ready_rx.recv().await;
         }
     }
     let started = Instant::now();
+    let cpu = || (servers.iter().map(|p| cpu_seconds(*p)).sum::<f64>(), cpu_seconds(std::process::id()));
+    let cpu0 = cpu();
     let sent = Arc::new(write(endpoint, first, count, rate).await);
     let mut delays = Vec::new();
     let (mut complete, mut received) = (0, 0);
@@ -174,7 +180,8 @@ async fn phase(t: &Topology, endpoint: &str, k: u32, path: Path, watchers: usize
             delays.push(at.saturating_duration_since(sent[i - first]).as_secs_f64() * 1000.0);
         }
     }
-    Phase { delays, complete, received, seconds: last.duration_since(started).as_secs_f64() }
+    let (cpu1, wall) = (cpu(), started.elapsed().as_secs_f64());
+    Phase { delays, complete, received, servers_cores: (cpu1.0 - cpu0.0) / wall, bench_cores: (cpu1.1 - cpu0.1) / wall, seconds: last.duration_since(started).as_secs_f64() }
 }
 
 pub async fn run(ctx: &Ctx) -> Section {
@@ -182,42 +189,67 @@ pub async fn run(ctx: &Ctx) -> Section {
     let counts: Vec<usize> = if ctx.smoke { vec![1, 10] } else { vec![1, 100, 1000] };
     let (writes, rate) = if ctx.smoke { (30, 100) } else { (300, 100) };
     let etcd = crate::start_etcd().await;
-    let t = Topology::start(&ctx.router, &etcd.endpoint, k).await;
     let mut s = Section::new("watch");
-    s.line(format!("Delay from sending a write to its arrival, {writes} ConfigMap writes at {rate}/s straight to etcd, for each number of watchers on each path (router over {k} shards; shard 0 directly, which sees its range's events; a raw etcd watch). Percentiles over every (watcher, event).\n"));
+    s.line(format!("Delay from sending a write to its arrival, {writes} ConfigMap writes at {rate}/s straight to etcd, for each number of watchers on each path: through the router over {k} shards; directly from the shard of a one-shard topology (the whole range); a raw etcd watch. Percentiles over every (watcher, event). The benchmark's own watchers run on the same 2 cores.\n"));
     let mut rows = Vec::new();
     let mut first = 0;
     let mut p99 = std::collections::HashMap::new();
+    let mut busy = std::collections::HashMap::new();
     let mut plot: Vec<Series> = Vec::new();
     for path in [Path::Router, Path::Shard, Path::Etcd] {
+        let t = match path {
+            Path::Router => Some(Topology::start(&ctx.router, &etcd.endpoint, k).await),
+            Path::Shard => Some(Topology::start(&ctx.router, &etcd.endpoint, 1).await),
+            Path::Etcd => None,
+        };
+        let base = t.as_ref().map(|t| if path == Path::Router { t.url.clone() } else { t.shards[0].url.clone() });
+        let mut servers = vec![etcd.pid()];
+        if let Some(t) = &t {
+            servers.push(t.router_pid());
+            servers.extend(t.shards.iter().map(|s| s.pid));
+        }
         let mut points = Vec::new();
         for &w in &counts {
             let bar = ctx.spinner(&format!("watch: {} × {w}", path.name(k)));
-            let mut ph = phase(&t, &etcd.endpoint, k, path, w, first, writes, rate).await;
+            let mut ph = phase(base.as_deref(), &etcd.endpoint, &servers, w, first, writes, rate).await;
             bar.finish_and_clear();
             first += writes;
             let (p50, p) = (percentile(&mut ph.delays, 0.5), percentile(&mut ph.delays, 0.99));
             p99.insert((path as u8, w), p);
-            points.push((w as f64, p));
-            rows.push(vec![path.name(k), w.to_string(), format!("{p50:.2}"), format!("{p:.2}"), format!("{:.2}", percentile(&mut ph.delays, 1.0)), format!("{}/{w}", ph.complete)]);
+            busy.insert((path as u8, w), ph.servers_cores + ph.bench_cores);
+            points.push(((w as f64).log10(), p));
+            rows.push(vec![path.name(k), w.to_string(), format!("{p50:.2}"), format!("{p:.2}"), format!("{:.2}", percentile(&mut ph.delays, 1.0)), format!("{}/{w}", ph.complete), format!("{:.2} + {:.2}", ph.servers_cores, ph.bench_cores)]);
         }
         plot.push(Series { label: format!("{} p99", path.name(k)), points });
+        if let Some(t) = t {
+            t.stop().await;
+        }
     }
-    s.table(&["path", "watchers", "p50 ms", "p99 ms", "max ms", "watchers with every event"], &rows);
+    s.table(&["path", "watchers", "p50 ms", "p99 ms", "max ms", "watchers with every event", "cores busy: servers + benchmark"], &rows);
     for &w in &counts {
         let added = p99[&(Path::Router as u8, w)] - p99[&(Path::Shard as u8, w)];
         s.target(format!("router's added delay at p99, {w} watchers"), format!("{added:.2} ms"), "≤ 5 ms", added <= 5.0);
     }
-    if let Some(name) = ctx.plot("watch-delay.png", |p| line_plot(p, "Watch delay p99 vs watchers", "watchers", "p99 ms", &plot)) {
+    let most = *counts.last().expect("watcher counts");
+    let (r, sh, e) = (p99[&(Path::Router as u8, most)], p99[&(Path::Shard as u8, most)], p99[&(Path::Etcd as u8, most)]);
+    let (rc, ec) = (busy[&(Path::Router as u8, most)], busy[&(Path::Etcd as u8, most)]);
+    s.line(format!(
+        "**At {most} watchers**, p99 is {r:.1} ms through the router, {sh:.1} ms from one shard and {e:.1} ms from a raw etcd watch, with {rc:.2} (router path) and {ec:.2} (etcd path) of the machine's {} cores busy, servers and benchmark together. Where that is all of them, every path's delay is mostly waiting for a core, and the router's added delay is its extra hop's share of the CPU (one merged upstream in, one line out per watcher, RFC 0003) rather than a wait on a lagging shard; the benchmark's watchers on another machine would isolate it.\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    ));
+    if let Some(name) = ctx.plot("watch-delay.png", |p| line_plot(p, "Watch delay p99 vs watchers", "watchers (log10: 0 = 1, 2 = 100, 3 = 1000)", "p99 ms", &plot)) {
         s.line(format!("![watch delay vs watchers](plots/{name})\n"));
     }
     // Throughput: many watchers at a high rate; a watcher that falls too far behind is ended.
     let (w, rate, count) = if ctx.smoke { (10, 200, 200) } else { (1000, 1000, 5000) };
     let bar = ctx.spinner(&format!("watch: {w} router watchers × {rate} events/s"));
-    let ph = phase(&t, &etcd.endpoint, k, Path::Router, w, first, count, rate).await;
+    let t = Topology::start(&ctx.router, &etcd.endpoint, k).await;
+    let servers: Vec<u32> = [etcd.pid(), t.router_pid()].into_iter().chain(t.shards.iter().map(|s| s.pid)).collect();
+    let ph = phase(Some(&t.url), &etcd.endpoint, &servers, w, first, count, rate).await;
     bar.finish_and_clear();
     let delivered = ph.received as f64 / ph.seconds.max(1e-9);
-    s.line(format!("**Throughput**: {w} watchers through the router while {count} ConfigMaps are written at {rate}/s: {} of {w} watchers received every event; {:.0} events/s delivered in total ({} events in {:.1} s).\n", ph.complete, delivered, ph.received, ph.seconds));
+    s.line(format!("**Throughput**: {w} watchers through the router while {count} ConfigMaps are written at {rate}/s: {} of {w} watchers received every event; {:.0} events/s delivered in total against {} offered ({} events in {:.1} s; the writes took {:.1} s).\n", ph.complete, delivered, w * rate, ph.received, ph.seconds, count as f64 / rate as f64));
+    s.line(format!("While it ran, the servers kept {:.2} cores busy and the benchmark's own watchers {:.2}, of the machine's {}.\n", ph.servers_cores, ph.bench_cores, std::thread::available_parallelism().map_or(0, |n| n.get())));
     s.target(format!("no watcher drops at {w} watchers × {rate} events/s"), format!("{}/{w} complete", ph.complete), "all", ph.complete == w);
     t.stop().await;
     s

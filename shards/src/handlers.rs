@@ -218,8 +218,25 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
     view.render(&t.info, &page.items, meta, false)
 }
 
-/// Reads the current stored object (from etcd, for a write).
-async fn current(shard: &Shard, info: &ResourceInfo, key: &[u8], name: &str) -> Result<(Value, Kv), ApiError> {
+/// Where a write reads the object it changes from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// etcd: authoritative, one more round trip.
+    Etcd,
+    /// The watch cache when it holds the object (else etcd). As upstream's GuaranteedUpdate with
+    /// a cached suggestion: the write's compare-and-swap on the object's revision proves the
+    /// state was current; a lost CAS, and any error decided on cached state, is redone from etcd.
+    CacheFirst,
+}
+
+/// The object a write changes, with its revision (the write's CAS compares on it).
+async fn current_from(shard: &Shard, info: &ResourceInfo, key: &[u8], ns: &str, name: &str, source: Source) -> Result<(Value, Kv), ApiError> {
+    if source == Source::CacheFirst {
+        if let Some(o) = shard.served(info).cache.get(ns, name) {
+            let v: Value = serde_json::from_slice(&o.bytes).map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))?;
+            return Ok((v, Kv { key: key.to_vec(), value: o.bytes.clone(), mod_revision: o.rv, create_revision: 0 }));
+        }
+    }
     let (kv, _) = shard.storage.get(key).await.map_err(storage_err)?;
     let kv = kv.ok_or_else(|| ApiError::not_found(info.group, info.plural, name))?;
     let mut v: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("stored object is not JSON: {e}")))?;
@@ -360,8 +377,28 @@ async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old
     }
 }
 
+/// A write first tried on the cached object, then, if it failed for any reason, from etcd (a
+/// dry run, which proves nothing by a CAS, reads etcd only).
+async fn cache_first<'a, F, Fut>(query: &str, write: F) -> Reply
+where
+    F: Fn(Source) -> Fut,
+    Fut: std::future::Future<Output = Reply> + 'a,
+{
+    if dry_run(query)? {
+        return write(Source::Etcd).await;
+    }
+    match write(Source::CacheFirst).await {
+        Err(_) => write(Source::Etcd).await,
+        ok => ok,
+    }
+}
+
 /// PUT of an object (or its status / finalize subresource).
 pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+    cache_first(query, |source| update_from(shard, t, name, headers, query, raw, source)).await
+}
+
+async fn update_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8], mut source: Source) -> Reply {
     let info = &t.info;
     let sub = subresource(t)?;
     let dry = dry_run(query)?;
@@ -383,7 +420,7 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
     let key = shard.owned_key(info, &ns, name)?;
     let precondition = meta::meta_str(&obj, "resourceVersion").to_owned();
     loop {
-        let (old, kv) = match current(shard, info, &key, name).await {
+        let (old, kv) = match current_from(shard, info, &key, &ns, name, source).await {
             Ok(c) => c,
             Err(e) if e.code == 404 && info.allow_create_on_update && sub == Subresource::Main && t.subresource.is_none() => {
                 return create(shard, &Target { name: None, ..t.clone() }, headers, query, raw).await;
@@ -407,11 +444,16 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
         if !precondition.is_empty() {
             return Err(ApiError::conflict(info.group, info.plural, name));
         }
+        source = Source::Etcd;
     }
 }
 
 /// PATCH of an object or its status.
 pub async fn patch(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+    cache_first(query, |source| patch_from(shard, t, name, headers, query, raw, source)).await
+}
+
+async fn patch_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8], mut source: Source) -> Reply {
     let info = &t.info;
     let sub = subresource(t)?;
     let dry = dry_run(query)?;
@@ -426,7 +468,7 @@ pub async fn patch(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, q
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(info, &ns, name)?;
     loop {
-        let (old, kv) = current(shard, info, &key, name).await?;
+        let (old, kv) = current_from(shard, info, &key, &ns, name, source).await?;
         let mut new = old.clone();
         patch::apply(ty, &mut new, raw)?;
         if !new.is_object() {
@@ -447,22 +489,32 @@ pub async fn patch(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, q
         if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &unknown).await? {
             return Ok(r);
         }
+        source = Source::Etcd;
     }
 }
 
 /// DELETE of one object, with DeleteOptions preconditions, finalizers and namespace lifecycle.
 pub async fn delete(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+    cache_first(query, |source| delete_from(shard, t, name, headers, query, raw, source)).await
+}
+
+async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8], mut source: Source) -> Reply {
     let info = &t.info;
     if t.subresource.is_some() {
         return Err(ApiError::method_not_allowed("delete", info.group, info.plural));
     }
     let opts: Value = if raw.iter().all(u8::is_ascii_whitespace) { json!({}) } else { body::decode_object(headers, raw)? };
     let dry = dry_run(query)? || opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All"));
+    if dry {
+        // Nothing proves a dry run's cached state current.
+        source = Source::Etcd;
+    }
     let grace = form_value(query, "gracePeriodSeconds").and_then(|v| v.parse::<i64>().ok()).or_else(|| opts.get("gracePeriodSeconds").and_then(Value::as_i64));
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(info, &ns, name)?;
     loop {
-        let (old, kv) = current(shard, info, &key, name).await?;
+        let (old, kv) = current_from(shard, info, &key, &ns, name, source).await?;
+        source = Source::Etcd;
         let uid = meta::meta_str(&old, "uid").to_owned();
         if let Some(p) = opts.pointer("/preconditions/uid").and_then(Value::as_str) {
             if p != uid {
@@ -535,4 +587,33 @@ pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, q
         }
     }
     Ok(body::json(StatusCode::OK, body::list(&t.info, shard.served(&t.info).cache.synced(), None, None, None, &deleted)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Runs `cache_first` with a write that fails on the sources listed in `fail_on`; returns
+    /// the sources it was called with and the answer's status.
+    fn run(query: &str, fail_on: &[Source]) -> (Vec<&'static str>, u16) {
+        let calls = Mutex::new(Vec::new());
+        let reply = futures::executor::block_on(cache_first(query, |source| {
+            calls.lock().unwrap().push(if source == Source::CacheFirst { "cache" } else { "etcd" });
+            let fail = fail_on.contains(&source);
+            async move { if fail { Err(ApiError::conflict("", "configmaps", "x")) } else { Ok(body::json(StatusCode::OK, "{}")) } }
+        }));
+        let code = reply.map_or_else(|e| e.code, |r| r.status().as_u16());
+        (calls.into_inner().unwrap(), code)
+    }
+
+    #[test]
+    fn a_write_on_cached_state_that_fails_is_redone_from_etcd() {
+        assert_eq!(run("", &[]), (vec!["cache"], 200));
+        assert_eq!(run("", &[Source::CacheFirst]), (vec!["cache", "etcd"], 200));
+        // An error etcd confirms stands.
+        assert_eq!(run("", &[Source::CacheFirst, Source::Etcd]), (vec!["cache", "etcd"], 409));
+        // A dry run proves nothing by a CAS: etcd only.
+        assert_eq!(run("dryRun=All", &[]), (vec!["etcd"], 200));
+    }
 }

@@ -104,6 +104,8 @@ async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>
                     note(&kv.value, kv.mod_revision, &mut set);
                 }
             }
+            // Only the Terminating names are kept; the namespaces themselves are not.
+            drop(kvs);
             let mut watch = shard.storage.watch_range(&start, &end, rev).await?;
             loop {
                 let item = tokio::select! {

@@ -193,6 +193,21 @@ impl Shards {
         Ok((status, content_type, body))
     }
 
+    /// GET whose body the caller streams; a refusal for a stale map is an error (code 421) for
+    /// [`Shards::routed`] to retry, as in [`Shards::get_bytes`].
+    pub async fn get_streaming(&self, base: &str, path_and_query: &str, accept: Option<&HeaderValue>) -> Result<reqwest::Response, ApiError> {
+        let mut req = self.request(Method::GET, format!("{base}{path_and_query}"));
+        if let Some(a) = accept {
+            req = req.header(header::ACCEPT, a);
+        }
+        let resp = req.send().await.map_err(|e| unavailable(base, &e))?;
+        if resp.status() == StatusCode::MISDIRECTED_REQUEST {
+            let body = resp.bytes().await.map_err(|e| unavailable(base, &e))?;
+            return Err(refusal(&body));
+        }
+        Ok(resp)
+    }
+
     /// etcd's current revision, as a shard reads it.
     pub async fn current_revision(&self) -> Result<u64, ApiError> {
         let base = self.urls()[0].clone();

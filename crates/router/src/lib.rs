@@ -14,6 +14,7 @@
 mod forward;
 mod hub;
 mod list;
+mod list_stream;
 mod server;
 mod upstream;
 mod watch;

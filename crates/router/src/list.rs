@@ -4,12 +4,13 @@
 use crate::forward::{passthrough, Shards};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Response, StatusCode};
-use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::ApiError;
+use crate::list_stream::{EntrySplitter, Head};
+use bytes::Bytes;
 use shardplane_coordinator::list_merge::{merge, ShardPage};
 
 /// Query parameters the router sets itself for every shard.
@@ -22,23 +23,6 @@ pub fn passed_query(query: &str, also_drop: &[&str]) -> String {
 
 fn form_urlencoded_filter(query: &str, keep: impl Fn(&str) -> bool) -> String {
     query.split('&').filter(|p| !p.is_empty()).filter(|p| keep(p.split('=').next().unwrap_or(""))).collect::<Vec<_>>().join("&")
-}
-
-/// A shard's list answer with its entries left as raw JSON: a JSON list, a
-/// PartialObjectMetadataList or a Table. Only each entry's key is parsed.
-#[derive(serde::Deserialize)]
-struct RawList {
-    kind: String,
-    #[serde(rename = "apiVersion")]
-    api_version: String,
-    #[serde(default)]
-    metadata: Value,
-    #[serde(default)]
-    items: Option<Vec<Box<RawValue>>>,
-    #[serde(default)]
-    rows: Option<Vec<Box<RawValue>>>,
-    #[serde(rename = "columnDefinitions", default)]
-    column_definitions: Option<Box<RawValue>>,
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -64,8 +48,24 @@ struct Keyed {
 }
 
 /// (namespace, name) of a list entry: an object, a PartialObjectMetadata, or a Table row.
-fn entry_key(e: &RawValue) -> (String, String) {
-    let k: Keyed = serde_json::from_str(e.get()).unwrap_or(Keyed { metadata: None, object: None });
+///
+/// Shards write `kind`, `apiVersion` and `metadata` first (and a Table row's object after its
+/// cells, whose strings cannot contain an unescaped `"metadata":`), so the first `"metadata":`
+/// is the entry's own: only that object is parsed, not the whole entry (a pod is ~3.6 KiB, its
+/// metadata a few hundred bytes). Anything else falls back to a full parse.
+pub fn entry_key_of(e: &[u8]) -> (String, String) {
+    if let Some(at) = memchr::memmem::find(e, b"\"metadata\":") {
+        let mut de = serde_json::Deserializer::from_slice(&e[at + 11..]).into_iter::<KeyMeta>();
+        if let Some(Ok(m)) = de.next() {
+            return (m.namespace, m.name);
+        }
+    }
+    entry_key_in(std::str::from_utf8(e).unwrap_or(""))
+}
+
+/// The full parse, for an entry not in the layout shards write.
+fn entry_key_in(s: &str) -> (String, String) {
+    let k: Keyed = serde_json::from_str(s).unwrap_or(Keyed { metadata: None, object: None });
     let m = k.metadata.or(k.object.map(|o| o.metadata)).unwrap_or_default();
     (m.namespace, m.name)
 }
@@ -91,12 +91,23 @@ pub async fn revision_and_start(shards: &Shards, o: &ListOptions) -> Result<(u64
     Ok((rv, None))
 }
 
+/// How many entries to ask each of `k` shards for, for a page of `limit`. Keys spread over the
+/// shards by hash, so each holds about 1/k of any stretch of the key order: a quarter more than
+/// that share, plus a little, usually fills the page, while asking each for `limit` would fetch
+/// k pages to return one. The merge stops at the last key of a shard that has more (I4), so a page
+/// may come out shorter than `limit`, which the API allows ("limit is a maximum"); the next page
+/// resumes there.
+pub fn shard_page_limit(limit: u64, k: usize) -> u64 {
+    let k = k.max(1) as u64;
+    limit.min((limit * 5).div_ceil(4 * k) + 8)
+}
+
 /// A merged page: the list's JSON (with the continue token, if any) and its content type.
 pub struct MergedList {
     pub body: Vec<u8>,
     pub content_type: Option<axum::http::HeaderValue>,
-    /// The raw entries, for callers that emit them one by one (a watch's initial state).
-    pub entries: Vec<Box<RawValue>>,
+    /// The entries' bytes, for callers that emit them one by one (a watch's initial state).
+    pub entries: Vec<Bytes>,
 }
 
 /// One merged page at `rv` after `after`, or a shard's error answer verbatim.
@@ -113,15 +124,15 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
         Some(a) => push(format!("continue={}", ContinueToken { rv: Some(rv), after: a.clone(), epoch: None }.encode())),
         None => push(format!("resourceVersion={rv}&resourceVersionMatch=Exact")),
     }
+    let urls = shards.urls();
     if let Some(l) = limit {
-        push(format!("limit={l}"));
+        push(format!("limit={}", shard_page_limit(l, urls.len())));
     }
     let accept = headers.get(header::ACCEPT);
     let pq = format!("{path}?{q}");
-    let urls = shards.urls();
     let answers = futures::future::join_all(urls.iter().map(|u| shards.get_bytes(u, &pq, accept))).await;
     let mut pages = Vec::new();
-    let mut template: Option<(RawList, Option<axum::http::HeaderValue>)> = None;
+    let mut template: Option<(Head, Option<axum::http::HeaderValue>)> = None;
     let mut remaining: Option<u64> = Some(0);
     for a in answers {
         let (status, ct, bytes) = a?;
@@ -129,22 +140,29 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             return Ok(Err(passthrough(status, &body)));
         }
-        let mut list: RawList = serde_json::from_slice(&bytes).map_err(|e| ApiError::unavailable(format!("a shard answered with an unreadable list: {e}")))?;
-        let entries = list.rows.take().or(list.items.take()).unwrap_or_default();
-        let more = list.metadata.get("continue").and_then(Value::as_str).is_some_and(|c| !c.is_empty());
-        remaining = match (remaining, list.metadata.get("remainingItemCount").and_then(Value::as_u64)) {
+        // Entries are found by the splitter, never decoded; only each one's key is read.
+        let unreadable = |e: String| ApiError::unavailable(format!("a shard answered with an unreadable list: {e}"));
+        let mut splitter = EntrySplitter::new();
+        let entries = splitter.push(&bytes).map_err(unreadable)?;
+        if !splitter.done() {
+            return Err(unreadable("the list ends early".into()));
+        }
+        let head = splitter.into_head().expect("a finished list has its head");
+        let meta = &head.list["metadata"];
+        let more = meta.get("continue").and_then(Value::as_str).is_some_and(|c| !c.is_empty());
+        remaining = match (remaining, meta.get("remainingItemCount").and_then(Value::as_u64)) {
             (Some(r), Some(x)) => Some(r + x),
             (Some(r), None) if !more => Some(r),
             _ => None,
         };
-        pages.push(ShardPage { items: entries.into_iter().map(|e| (entry_key(&e), e)).collect(), more });
-        template.get_or_insert((list, ct));
+        pages.push(ShardPage { items: entries.into_iter().map(|e| (entry_key_of(&e), e)).collect(), more });
+        template.get_or_insert((head, ct));
     }
     let fetched: usize = pages.iter().map(|p| p.items.len()).sum();
     let merged = merge(pages, limit.map(|l| l as usize)).map_err(|e| ApiError::internal(format!("shard pages do not merge: {e}")))?;
-    let (list, ct) = template.expect("at least one shard");
+    let (head, ct) = template.expect("at least one shard");
     let returned = merged.items.len();
-    let mut meta = list.metadata.as_object().cloned().unwrap_or_default();
+    let mut meta = head.list["metadata"].as_object().cloned().unwrap_or_default();
     meta.insert("resourceVersion".into(), json!(rv.to_string()));
     meta.remove("continue");
     meta.remove("remainingItemCount");
@@ -154,28 +172,74 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
             meta.insert("remainingItemCount".into(), json!(r + (fetched - returned) as u64));
         }
     }
-    let entries: Vec<Box<RawValue>> = merged.items.into_iter().map(|(_, e)| e).collect();
+    let entries: Vec<Bytes> = merged.items.into_iter().map(|(_, e)| e).collect();
     // Write the list around the entries' bytes, as a shard does: no entry is re-encoded.
-    let mut body = Vec::with_capacity(entries.iter().map(|e| e.get().len() + 1).sum::<usize>() + 256);
-    body.extend_from_slice(b"{\"kind\":");
-    body.extend(serde_json::to_vec(&list.kind).expect("json"));
-    body.extend_from_slice(b",\"apiVersion\":");
-    body.extend(serde_json::to_vec(&list.api_version).expect("json"));
-    body.extend_from_slice(b",\"metadata\":");
-    body.extend(shardplane_apimachinery::encode::list_meta_bytes(&serde_json::Value::Object(meta)));
-    if let Some(cols) = &list.column_definitions {
-        body.extend_from_slice(b",\"columnDefinitions\":");
-        body.extend_from_slice(cols.get().as_bytes());
-    }
-    body.extend_from_slice(if list.kind == "Table" { b",\"rows\":[" } else { b",\"items\":[" });
+    let mut body = Vec::with_capacity(entries.iter().map(|e| e.len() + 1).sum::<usize>() + 256);
+    body.extend(list_head(&head, &Value::Object(meta)));
     for (i, e) in entries.iter().enumerate() {
         if i > 0 {
             body.push(b',');
         }
-        body.extend_from_slice(e.get().as_bytes());
+        body.extend_from_slice(e);
     }
     body.extend_from_slice(b"]}");
     Ok(Ok(MergedList { body, content_type: ct, entries }))
+}
+
+/// A page from the only shard: its answer as it stands, but for the continue token, which
+/// becomes the router's (with the range-map epoch). Nothing needs merging, so nothing is split.
+async fn single_shard_page(shards: &Shards, t: &Target, query: &str, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Response<Body>, ApiError> {
+    let mut q = passed_query(query, &[]);
+    if !q.is_empty() {
+        q.push('&');
+    }
+    match &after {
+        Some(a) => q.push_str(&format!("continue={}", ContinueToken { rv: Some(rv), after: a.clone(), epoch: None }.encode())),
+        None => q.push_str(&format!("resourceVersion={rv}&resourceVersionMatch=Exact")),
+    }
+    if let Some(l) = limit {
+        q.push_str(&format!("&limit={l}"));
+    }
+    let url = shards.urls()[0].clone();
+    let (status, ct, bytes) = shards.get_bytes(&url, &format!("{}?{q}", target_path(t)), headers.get(header::ACCEPT)).await?;
+    if !status.is_success() {
+        return Ok(passthrough(status, &serde_json::from_slice(&bytes).unwrap_or(Value::Null)));
+    }
+    let unreadable = |e: String| ApiError::unavailable(format!("a shard answered with an unreadable list: {e}"));
+    let (at, marker) = crate::list_stream::entries_start(&bytes).ok_or_else(|| unreadable("no items".into()))?;
+    let mut splitter = EntrySplitter::new();
+    splitter.push(&bytes[..at + marker]).map_err(unreadable)?;
+    let head = splitter.into_head().ok_or_else(|| unreadable("no head".into()))?;
+    let mut meta = head.list["metadata"].clone();
+    meta["resourceVersion"] = json!(rv.to_string());
+    if let Some(token) = meta.get("continue").and_then(Value::as_str).filter(|c| !c.is_empty()) {
+        let mut token = ContinueToken::decode(token).map_err(unreadable)?;
+        token.epoch = Some(shards.epoch());
+        meta["continue"] = json!(token.encode());
+    }
+    let mut body = list_head(&head, &meta);
+    body.extend_from_slice(&bytes[at + marker..]);
+    let mut r = Response::new(Body::from(body));
+    r.headers_mut().insert(header::CONTENT_TYPE, ct.unwrap_or(axum::http::HeaderValue::from_static("application/json")));
+    Ok(r)
+}
+
+/// The opening of a merged list: kind, apiVersion, `meta`, a Table's columns, and the opening
+/// of its entries.
+pub fn list_head(head: &Head, meta: &Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(b"{\"kind\":");
+    out.extend(serde_json::to_vec(&head.list["kind"]).expect("json"));
+    out.extend_from_slice(b",\"apiVersion\":");
+    out.extend(serde_json::to_vec(&head.list["apiVersion"]).expect("json"));
+    out.extend_from_slice(b",\"metadata\":");
+    out.extend(shardplane_apimachinery::encode::list_meta_bytes(meta));
+    if let Some(cols) = head.list.get("columnDefinitions") {
+        out.extend_from_slice(b",\"columnDefinitions\":");
+        out.extend(serde_json::to_vec(cols).expect("json"));
+    }
+    out.extend_from_slice(if head.rows { b",\"rows\":[" } else { b",\"items\":[" });
+    out
 }
 
 /// The resource path of a target (collection).
@@ -190,6 +254,18 @@ pub fn target_path(t: &Target) -> String {
 /// A merged LIST.
 pub async fn list(shards: &Shards, t: &Target, o: &ListOptions, query: &str, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
     let (rv, after) = revision_and_start(shards, o).await?;
+    if o.limit.is_none() && after.is_none() {
+        // Unpaged: streamed through the merge, never held whole.
+        let mut q = passed_query(query, &[]);
+        if !q.is_empty() {
+            q.push('&');
+        }
+        q.push_str(&format!("resourceVersion={rv}&resourceVersionMatch=Exact"));
+        return crate::list_stream::streamed_list(shards, &format!("{}?{q}", target_path(t)), headers, rv).await;
+    }
+    if shards.urls().len() == 1 {
+        return single_shard_page(shards, t, query, headers, rv, after, o.limit).await;
+    }
     match merged_page(shards, t, query, headers, rv, after, o.limit).await? {
         Err(shard_error) => Ok(shard_error),
         Ok(page) => {
@@ -198,5 +274,34 @@ pub async fn list(shards: &Shards, t: &Target, o: &ListOptions, query: &str, hea
             r.headers_mut().insert(header::CONTENT_TYPE, page.content_type.unwrap_or(axum::http::HeaderValue::from_static("application/json")));
             Ok(r)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(json: &str) -> (String, String) {
+        entry_key_of(json.as_bytes())
+    }
+
+    #[test]
+    fn entry_keys_of_objects_metadata_and_table_rows() {
+        let k = |ns: &str, n: &str| (ns.to_owned(), n.to_owned());
+        assert_eq!(key(r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"d","namespace":"a","labels":{"x":"y"}},"spec":{"template":{"metadata":{"name":"other"}}}}"#), k("a", "d"));
+        assert_eq!(key(r#"{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"namespace":"b","name":"p"}}"#), k("b", "p"));
+        assert_eq!(key(r#"{"cells":["say \"metadata\": no",1],"object":{"kind":"PartialObjectMetadata","metadata":{"name":"r","namespace":"c"}}}"#), k("c", "r"));
+        assert_eq!(key(r#"{"kind":"Namespace","metadata":{"name":"cluster-scoped"}}"#), k("", "cluster-scoped"));
+        // Not the layout shards write: the full parse still finds the key.
+        assert_eq!(key(r#"{"spec":{"x":1},"metadata":{"name":"late","namespace":"d"}}"#), k("d", "late"));
+    }
+
+    #[test]
+    fn shard_pages_ask_for_a_share_of_the_limit() {
+        assert_eq!(shard_page_limit(500, 1), 500);
+        assert_eq!(shard_page_limit(500, 4), 165);
+        assert_eq!(shard_page_limit(500, 8), 87);
+        assert_eq!(shard_page_limit(1, 8), 1);
+        assert_eq!(shard_page_limit(10, 0), 10);
     }
 }

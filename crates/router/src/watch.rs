@@ -13,7 +13,6 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use bytes::Bytes;
 use futures::StreamExt;
-use serde_json::value::RawValue;
 use shardplane_apimachinery::list_options::{ListOptions, WatchStart};
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::watch_event;
@@ -75,7 +74,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
         progress_path: format!("/shardplane/v1/progress?group={}&resource={}", t.info.group, t.info.plural),
     };
     // Where the client's changes start, and the initial state (read at that one revision).
-    let (start, initial): (u64, Option<Vec<Box<RawValue>>>) = match o.watch_start() {
+    let (start, initial): (u64, Option<Vec<Bytes>>) = match o.watch_start() {
         WatchStart::After(rv) => (rv, None),
         _ => {
             let (rv, _) = revision_and_start(&shards, &ListOptions { continue_token: None, limit: None, ..o.clone() }).await?;
@@ -146,13 +145,13 @@ impl Drop for Registered {
 }
 
 impl Client {
-    async fn run(self, initial: Option<Vec<Box<RawValue>>>, mut source: Source, tx: mpsc::Sender<Bytes>) {
+    async fn run(self, initial: Option<Vec<Bytes>>, mut source: Source, tx: mpsc::Sender<Bytes>) {
         let deadline = tokio::time::sleep(self.timeout);
         tokio::pin!(deadline);
         if let Some(items) = initial {
             for item in &items {
-                let rv = serde_json::from_str::<ObjectRv>(item.get()).ok().and_then(|o| o.metadata.resource_version.parse().ok()).unwrap_or(self.start);
-                if tx.send(shard_watch::event(&self.info, self.view, "ADDED", item.get().as_bytes(), rv)).await.is_err() {
+                let rv = serde_json::from_slice::<ObjectRv>(item).ok().and_then(|o| o.metadata.resource_version.parse().ok()).unwrap_or(self.start);
+                if tx.send(shard_watch::event(&self.info, self.view, "ADDED", item, rv)).await.is_err() {
                     return;
                 }
             }

@@ -189,6 +189,9 @@ async fn paging_thousands_while_writes_continue_yields_each_object_once_at_one_r
     let mut got: Vec<(String, u64)> = Vec::new();
     let mut cont: Option<String> = None;
     let mut list_rv = None;
+    // (objects returned so far, remainingItemCount) after each page but the last.
+    let mut counts: Vec<(usize, u64)> = Vec::new();
+    let mut pages = 0;
     loop {
         let q = match &cont {
             Some(c) => format!("{CM}?limit=250&continue={c}"),
@@ -198,10 +201,12 @@ async fn paging_thousands_while_writes_continue_yields_each_object_once_at_one_r
         assert_eq!(code, 200, "{page}");
         assert_eq!(*list_rv.get_or_insert(rv(&page)), rv(&page), "every page at the first page's RV");
         got.extend(page["items"].as_array().unwrap().iter().map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), rv(i))));
+        pages += 1;
         match page["metadata"]["continue"].as_str() {
             Some(c) if !c.is_empty() => {
                 let left = page["metadata"]["remainingItemCount"].as_u64().expect("remainingItemCount with a continue token");
                 assert!(left > 0);
+                counts.push((got.len(), left));
                 cont = Some(c.to_owned());
             }
             _ => break,
@@ -217,4 +222,11 @@ async fn paging_thousands_while_writes_continue_yields_each_object_once_at_one_r
     want.sort();
     assert!(want.len() >= 1900, "{} objects", want.len());
     assert_eq!(got, want);
+    // remainingItemCount is exact at the list's RV.
+    for (seen, left) in counts {
+        assert_eq!(seen as u64 + left, want.len() as u64, "after {seen} objects");
+    }
+    // Pages may come out shorter than the limit (each shard is asked for its share), but not
+    // much: never more than twice the pages a single server would give.
+    assert!(pages <= 2 * want.len().div_ceil(250), "{pages} pages for {} objects", want.len());
 }

@@ -93,6 +93,13 @@ impl Etcd {
     }
 }
 
+impl Etcd {
+    /// The etcd process's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Etcd {
     fn drop(&mut self) {
         let _ = self.child.kill();
