@@ -1,6 +1,7 @@
 //! An unpaged merged LIST, streamed: the shards' bodies are split into entries as they arrive
 //! and merged by key into the client's body as it is sent, so the router never holds a whole
-//! list and its answer starts while the shards are still writing theirs (RFC 0003).
+//! list and its answer starts while the shards are still writing theirs (RFC 0003, LIST step
+//! 6; the measurements are in RFC 0005).
 //!
 //! A page with `limit` is small and goes through [`crate::list::merged_page`] instead, which
 //! needs the whole page first to compute `continue` and `remainingItemCount` (written before
@@ -8,7 +9,7 @@
 //!
 //! The splitter is hand-written rather than a streaming JSON parser: it only finds the end of
 //! each entry (brace depth outside strings), which is all the merge needs, at memchr-like speed,
-//! and never decodes an object (RFC 0003, "Never decode what you forward").
+//! and never decodes an object, as nothing else in the router does.
 
 use crate::forward::{passthrough, Shards};
 use crate::list::entry_key_of;
