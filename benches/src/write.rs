@@ -81,26 +81,20 @@ pub async fn run(ctx: &Ctx) -> Section {
         shardplane_apimachinery::meta::prepare_for_create(&crate::objects::Kind::ConfigMap.info(), &mut o);
         object_bytes(&o)
     };
+    // A create and an update are both a plain put in raw etcd; only the round differs.
+    let (client, key, bytes) = (&client, &key, &bytes);
+    let put_all = |round: u32| {
+        rate(n, move |i| {
+            let mut kv = client.kv_client();
+            async move {
+                kv.put(key(i), bytes(i, round), None).await.expect("put");
+            }
+        })
+    };
     let (mut etcd_create, mut etcd_update, mut etcd_delete) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
-        etcd_create.push(
-            rate(n, |i| {
-                let mut kv = client.kv_client();
-                async move {
-                    kv.put(key(i), bytes(i, 0), None).await.expect("put");
-                }
-            })
-            .await,
-        );
-        etcd_update.push(
-            rate(n, |i| {
-                let mut kv = client.kv_client();
-                async move {
-                    kv.put(key(i), bytes(i, 1), None).await.expect("put");
-                }
-            })
-            .await,
-        );
+        etcd_create.push(put_all(0).await);
+        etcd_update.push(put_all(1).await);
         etcd_delete.push(
             rate(n, |i| {
                 let mut kv = client.kv_client();

@@ -37,14 +37,16 @@ pub struct View {
 impl View {
     /// Renders objects (JSON bytes) as a list, or as a Table; `single` renders one object as itself.
     pub fn render(&self, info: &ResourceInfo, items: &[std::sync::Arc<shardplane_watchcache::CachedObject>], meta: Value, single: bool) -> Reply {
-        let bytes: Vec<&[u8]> = items.iter().map(|o| o.bytes.as_ref()).collect();
         match self.repr {
             Representation::Json if single => Ok(body::json(StatusCode::OK, items[0].bytes.clone())),
             Representation::Json => {
                 let rv = meta["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
                 Ok(body::json(StatusCode::OK, body::list(info, rv, meta["continue"].as_str(), meta["remainingItemCount"].as_u64(), meta["shardInfo"]["selector"].as_str(), items)))
             }
-            _ => self.transformed(info, StatusCode::OK, &bytes, meta, single),
+            _ => {
+                let bytes: Vec<&[u8]> = items.iter().map(|o| o.bytes.as_ref()).collect();
+                self.transformed(info, StatusCode::OK, &bytes, meta, single)
+            }
         }
     }
 

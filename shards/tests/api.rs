@@ -748,7 +748,9 @@ async fn write_answers_follow_accept_and_objects_are_written_in_upstream_key_ord
 /// Writes read the object they change from the watch cache first; a cache that has not seen the
 /// latest write yet must never show through: an update carrying the newest resourceVersion
 /// succeeds, and a patch lands on the newest state, even right after a write that bypassed the
-/// shard (straight to etcd, as another shard or a restore would).
+/// shard (straight to etcd, as another shard or a restore would). Whether the cache is in fact
+/// behind at each request depends on timing; the redo from etcd itself is tested
+/// deterministically in `handlers::tests`.
 #[tokio::test]
 async fn writes_never_act_on_a_stale_cached_object() {
     let (etcd, s) = setup().await;

@@ -112,24 +112,9 @@ pub struct MergedList {
 
 /// One merged page at `rv` after `after`, or a shard's error answer verbatim.
 pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Result<MergedList, Response<Body>>, ApiError> {
-    let path = target_path(t);
-    let mut q = passed_query(query, &[]);
-    let mut push = |kv: String| {
-        if !q.is_empty() {
-            q.push('&');
-        }
-        q.push_str(&kv);
-    };
-    match &after {
-        Some(a) => push(format!("continue={}", ContinueToken { rv: Some(rv), after: a.clone(), epoch: None }.encode())),
-        None => push(format!("resourceVersion={rv}&resourceVersionMatch=Exact")),
-    }
     let urls = shards.urls();
-    if let Some(l) = limit {
-        push(format!("limit={}", shard_page_limit(l, urls.len())));
-    }
+    let pq = shard_request(t, query, rv, after.as_ref(), limit.map(|l| shard_page_limit(l, urls.len())));
     let accept = headers.get(header::ACCEPT);
-    let pq = format!("{path}?{q}");
     let answers = futures::future::join_all(urls.iter().map(|u| shards.get_bytes(u, &pq, accept))).await;
     let mut pages = Vec::new();
     let mut template: Option<(Head, Option<axum::http::HeaderValue>)> = None;
@@ -141,7 +126,6 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
             return Ok(Err(passthrough(status, &body)));
         }
         // Entries are found by the splitter, never decoded; only each one's key is read.
-        let unreadable = |e: String| ApiError::unavailable(format!("a shard answered with an unreadable list: {e}"));
         let mut splitter = EntrySplitter::new();
         let entries = splitter.push(&bytes).map_err(unreadable)?;
         if !splitter.done() {
@@ -189,23 +173,11 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
 /// A page from the only shard: its answer as it stands, but for the continue token, which
 /// becomes the router's (with the range-map epoch). Nothing needs merging, so nothing is split.
 async fn single_shard_page(shards: &Shards, t: &Target, query: &str, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Response<Body>, ApiError> {
-    let mut q = passed_query(query, &[]);
-    if !q.is_empty() {
-        q.push('&');
-    }
-    match &after {
-        Some(a) => q.push_str(&format!("continue={}", ContinueToken { rv: Some(rv), after: a.clone(), epoch: None }.encode())),
-        None => q.push_str(&format!("resourceVersion={rv}&resourceVersionMatch=Exact")),
-    }
-    if let Some(l) = limit {
-        q.push_str(&format!("&limit={l}"));
-    }
     let url = shards.urls()[0].clone();
-    let (status, ct, bytes) = shards.get_bytes(&url, &format!("{}?{q}", target_path(t)), headers.get(header::ACCEPT)).await?;
+    let (status, ct, bytes) = shards.get_bytes(&url, &shard_request(t, query, rv, after.as_ref(), limit), headers.get(header::ACCEPT)).await?;
     if !status.is_success() {
         return Ok(passthrough(status, &serde_json::from_slice(&bytes).unwrap_or(Value::Null)));
     }
-    let unreadable = |e: String| ApiError::unavailable(format!("a shard answered with an unreadable list: {e}"));
     let (at, marker) = crate::list_stream::entries_start(&bytes).ok_or_else(|| unreadable("no items".into()))?;
     let mut splitter = EntrySplitter::new();
     splitter.push(&bytes[..at + marker]).map_err(unreadable)?;
@@ -222,6 +194,27 @@ async fn single_shard_page(shards: &Shards, t: &Target, query: &str, headers: &H
     let mut r = Response::new(Body::from(body));
     r.headers_mut().insert(header::CONTENT_TYPE, ct.unwrap_or(axum::http::HeaderValue::from_static("application/json")));
     Ok(r)
+}
+
+/// What every shard is asked for a page at `rv`: the client's own parameters, the revision (or,
+/// after `after`, a continue token in the shards' format carrying it) and a limit, if any.
+fn shard_request(t: &Target, query: &str, rv: u64, after: Option<&(String, String)>, limit: Option<u64>) -> String {
+    let mut q = passed_query(query, &[]);
+    if !q.is_empty() {
+        q.push('&');
+    }
+    match after {
+        Some(a) => q.push_str(&format!("continue={}", ContinueToken { rv: Some(rv), after: a.clone(), epoch: None }.encode())),
+        None => q.push_str(&format!("resourceVersion={rv}&resourceVersionMatch=Exact")),
+    }
+    if let Some(l) = limit {
+        q.push_str(&format!("&limit={l}"));
+    }
+    format!("{}?{q}", target_path(t))
+}
+
+fn unreadable(e: String) -> ApiError {
+    ApiError::unavailable(format!("a shard answered with an unreadable list: {e}"))
 }
 
 /// The opening of a merged list: kind, apiVersion, `meta`, a Table's columns, and the opening
@@ -256,12 +249,7 @@ pub async fn list(shards: &Shards, t: &Target, o: &ListOptions, query: &str, hea
     let (rv, after) = revision_and_start(shards, o).await?;
     if o.limit.is_none() && after.is_none() {
         // Unpaged: streamed through the merge, never held whole.
-        let mut q = passed_query(query, &[]);
-        if !q.is_empty() {
-            q.push('&');
-        }
-        q.push_str(&format!("resourceVersion={rv}&resourceVersionMatch=Exact"));
-        return crate::list_stream::streamed_list(shards, &format!("{}?{q}", target_path(t)), headers, rv).await;
+        return crate::list_stream::streamed_list(shards, &shard_request(t, query, rv, None, None), headers, rv).await;
     }
     if shards.urls().len() == 1 {
         return single_shard_page(shards, t, query, headers, rv, after, o.limit).await;
