@@ -15,6 +15,7 @@ mod cluster;
 mod list;
 mod memory;
 mod objects;
+mod profile;
 mod report;
 mod watch;
 mod write;
@@ -28,8 +29,13 @@ use std::time::Instant;
 #[derive(Parser, Debug)]
 #[command(name = "bench")]
 struct Args {
-    /// `all`, or one of: memory-per-shard, list, watch, write, churn.
+    /// `all`, or one of: memory-per-shard, list, watch, write, churn; or `serve`, which loads
+    /// `--objects` pods (default 100000), starts `--shards` K behind a router, prints their
+    /// URLs and pids and waits for Ctrl-C: a system to profile or try by hand.
     scenario: String,
+    /// Shards for `serve`.
+    #[arg(long, default_value_t = 4)]
+    shards: u32,
     /// Tiny sizes: checks that every scenario runs, measures nothing.
     #[arg(long)]
     smoke: bool,
@@ -40,6 +46,10 @@ struct Args {
     /// Object counts for memory-per-shard (comma-separated; default 100000,500000, smoke 3000).
     #[arg(long, value_delimiter = ',')]
     objects: Vec<usize>,
+    /// Also profile the server processes (linux-perf's `perf record`) during an extra run of
+    /// each case that misses its target, and put the flat profiles in the report.
+    #[arg(long)]
+    perf: bool,
 }
 
 const SCENARIOS: [&str; 5] = ["memory-per-shard", "list", "watch", "write", "churn"];
@@ -50,6 +60,8 @@ pub struct Ctx {
     pub smoke: bool,
     /// `--objects`: overrides memory-per-shard's N.
     pub objects: Vec<usize>,
+    /// `--perf`, and perf can sample here.
+    pub perf: bool,
     plots: PathBuf,
     fonts: bool,
     progress: MultiProgress,
@@ -122,10 +134,28 @@ fn scaling(ctx: &Ctx, memory: &[memory::MemoryPoint], list: &[(u32, f64)]) -> Se
     s
 }
 
+/// `bench serve`: a loaded system left running for profiling by hand.
+async fn serve(args: &Args) {
+    let n = args.objects.first().copied().unwrap_or(100_000);
+    let etcd = start_etcd().await;
+    println!("etcd {} pid {}; loading {n} pods", etcd.endpoint, etcd.pid());
+    objects::load(&etcd.endpoint, &[(objects::Kind::Pod, 0..n)], |_| {}).await;
+    let t = cluster::Topology::start(&cluster::build_router(), &etcd.endpoint, args.shards).await;
+    for s in &t.shards {
+        println!("shard pid {} {}", s.pid, s.url);
+    }
+    println!("router pid {} {}; Ctrl-C stops everything", t.router_pid(), t.url);
+    let _ = tokio::signal::ctrl_c().await;
+    t.stop().await;
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
     let run_all = args.scenario == "all";
+    if args.scenario == "serve" {
+        return serve(&args).await;
+    }
     if !run_all && !SCENARIOS.contains(&args.scenario.as_str()) {
         eprintln!("bench: unknown scenario {:?}; expected all or one of {}", args.scenario, SCENARIOS.join(", "));
         std::process::exit(2);
@@ -137,7 +167,11 @@ async fn main() {
     let out = args.out.clone().unwrap_or_else(|| if args.smoke { cluster::workspace_root().join("target/bench-smoke/RESULTS.md") } else { cluster::workspace_root().join("benches/RESULTS.md") });
     let plots = out.parent().expect("report directory").join("plots");
     std::fs::create_dir_all(&plots).expect("plots directory");
-    let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), plots, fonts: report::register_font(), progress: MultiProgress::new() };
+    let perf = args.perf && profile::available();
+    if args.perf && !perf {
+        eprintln!("bench: --perf needs linux-perf (apt-get install linux-perf) and perf_event_paranoid ≤ 2; profiling skipped");
+    }
+    let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), perf, plots, fonts: report::register_font(), progress: MultiProgress::new() };
     let started = Instant::now();
     let want = |name: &str| run_all || args.scenario == name;
     let mut sections = Vec::new();
@@ -165,7 +199,7 @@ async fn main() {
         sections.push(scaling(&ctx, &memory_points, &list_points));
     }
     let objects = if args.objects.is_empty() { String::new() } else { format!(" --objects {}", args.objects.iter().map(usize::to_string).collect::<Vec<_>>().join(",")) };
-    let command = format!("cargo run --release -p shardplane-benches -- {}{}{objects}", args.scenario, if args.smoke { " --smoke" } else { "" });
+    let command = format!("cargo run --release -p shardplane-benches -- {}{}{objects}{}", args.scenario, if args.smoke { " --smoke" } else { "" }, if perf { " --perf" } else { "" });
     let date = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC").to_string();
     let mut text = format!("# Benchmark results\n\n");
     if args.smoke {

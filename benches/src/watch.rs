@@ -196,6 +196,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     let mut p99 = std::collections::HashMap::new();
     let mut busy = std::collections::HashMap::new();
     let mut plot: Vec<Series> = Vec::new();
+    let mut profiles = String::new();
     for path in [Path::Router, Path::Shard, Path::Etcd] {
         let t = match path {
             Path::Router => Some(Topology::start(&ctx.router, &etcd.endpoint, k).await),
@@ -221,6 +222,14 @@ pub async fn run(ctx: &Ctx) -> Section {
             rows.push(vec![path.name(k), w.to_string(), format!("{p50:.2}"), format!("{p:.2}"), format!("{:.2}", percentile(&mut ph.delays, 1.0)), format!("{}/{w}", ph.complete), format!("{:.2} + {:.2}", ph.servers_cores, ph.bench_cores)]);
         }
         plot.push(Series { label: format!("{} p99", path.name(k)), points });
+        if let (true, Some(t)) = (ctx.perf, &t) {
+            // One more phase at the most watchers, sampled, for where the time goes.
+            let most = *counts.last().expect("watcher counts");
+            let groups = [("router", vec![t.router_pid()]), ("shards", t.shards.iter().map(|s| s.pid).collect()), ("etcd", vec![etcd.pid()]), ("benchmark's watchers", vec![std::process::id()])];
+            let flats = crate::profile::during(&groups, phase(base.as_deref(), &etcd.endpoint, &servers, most, first, writes, rate)).await;
+            first += writes;
+            profiles.push_str(&crate::profile::render(&format!("{} at {most} watchers", path.name(k)), &flats));
+        }
         if let Some(t) = t {
             t.stop().await;
         }
@@ -237,6 +246,7 @@ pub async fn run(ctx: &Ctx) -> Section {
         "**At {most} watchers**, p99 is {r:.1} ms through the router, {sh:.1} ms from one shard and {e:.1} ms from a raw etcd watch, with {rc:.2} (router path) and {ec:.2} (etcd path) of the machine's {} cores busy, servers and benchmark together. Where that is all of them, every path's delay is mostly waiting for a core, and the router's added delay is its extra hop's share of the CPU (one merged upstream in, one line out per watcher, RFC 0003) rather than a wait on a lagging shard; the benchmark's watchers on another machine would isolate it.\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     ));
+    s.line(&profiles);
     if let Some(name) = ctx.plot("watch-delay.png", |p| line_plot(p, "Watch delay p99 vs watchers", "watchers (log10: 0 = 1, 2 = 100, 3 = 1000)", "p99 ms", &plot)) {
         s.line(format!("![watch delay vs watchers](plots/{name})\n"));
     }

@@ -28,6 +28,27 @@ where
     n as f64 / start.elapsed().as_secs_f64()
 }
 
+/// n creates, then n updates, then n deletes through the router: (creates/s, updates/s, deletes/s).
+async fn router_round(c: &reqwest::Client, base: &str, n: usize) -> [f64; 3] {
+    let ok = |r: reqwest::Response, what: &str| assert!(r.status().is_success(), "{what}: {}", r.status());
+    let create = rate(n, |i| {
+        let (c, base) = (c.clone(), base.to_owned());
+        async move { ok(c.post(&base).json(&configmap(i, 0)).send().await.expect("create"), "create") }
+    })
+    .await;
+    let update = rate(n, |i| {
+        let (c, base) = (c.clone(), base.to_owned());
+        async move { ok(c.put(format!("{base}/wr-{i:07}")).json(&configmap(i, 1)).send().await.expect("update"), "update") }
+    })
+    .await;
+    let delete = rate(n, |i| {
+        let (c, base) = (c.clone(), base.to_owned());
+        async move { ok(c.delete(format!("{base}/wr-{i:07}")).send().await.expect("delete"), "delete") }
+    })
+    .await;
+    [create, update, delete]
+}
+
 pub async fn run(ctx: &Ctx) -> Section {
     let n = if ctx.smoke { 200 } else { 5_000 };
     let k = if ctx.smoke { 2 } else { 4 };
@@ -41,34 +62,23 @@ pub async fn run(ctx: &Ctx) -> Section {
     let cpu = |t: &Topology| (cpu_seconds(t.router_pid()), t.shards.iter().map(|s| cpu_seconds(s.pid)).sum::<f64>(), cpu_seconds(etcd.pid()));
     let before = cpu(&t);
     let base = format!("{}/api/v1/namespaces/{NS}/configmaps", t.url);
-    let ok = |r: reqwest::Response, what: &str| assert!(r.status().is_success(), "{what}: {}", r.status());
     let reps = if ctx.smoke { 1 } else { 3 };
     let (mut router_create, mut router_update, mut router_delete) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..reps {
-        router_create.push(
-            rate(n, |i| {
-                let (c, base) = (c.clone(), base.clone());
-                async move { ok(c.post(&base).json(&configmap(i, 0)).send().await.expect("create"), "create") }
-            })
-            .await,
-        );
-        router_update.push(
-            rate(n, |i| {
-                let (c, base) = (c.clone(), base.clone());
-                async move { ok(c.put(format!("{base}/wr-{i:07}")).json(&configmap(i, 1)).send().await.expect("update"), "update") }
-            })
-            .await,
-        );
-        router_delete.push(
-            rate(n, |i| {
-                let (c, base) = (c.clone(), base.clone());
-                async move { ok(c.delete(format!("{base}/wr-{i:07}")).send().await.expect("delete"), "delete") }
-            })
-            .await,
-        );
+        let [create, update, delete] = router_round(&c, &base, n).await;
+        router_create.push(create);
+        router_update.push(update);
+        router_delete.push(delete);
     }
     let after = cpu(&t);
     bar.finish_and_clear();
+    let mut profiles = String::new();
+    if ctx.perf {
+        // One more round of each operation, sampled, for where the CPU goes.
+        let groups = [("router", vec![t.router_pid()]), ("shards", t.shards.iter().map(|s| s.pid).collect()), ("etcd", vec![etcd.pid()])];
+        let flats = crate::profile::during(&groups, router_round(&c, &base, n)).await;
+        profiles.push_str(&crate::profile::render("creates, updates and deletes through the router", &flats));
+    }
     t.stop().await;
 
     // The same bytes as the stored objects, straight to etcd under other names.
@@ -106,6 +116,13 @@ pub async fn run(ctx: &Ctx) -> Section {
         );
     }
     let etcd_after = cpu_seconds(etcd.pid());
+    if ctx.perf {
+        let flats = crate::profile::during(&[("etcd", vec![etcd.pid()])], async {
+            put_all(2).await;
+        })
+        .await;
+        profiles.push_str(&crate::profile::render("raw etcd puts", &flats));
+    }
     bar.finish_and_clear();
 
     let mut s = Section::new("write");
@@ -137,5 +154,6 @@ pub async fn run(ctx: &Ctx) -> Section {
          A target of 80% of raw etcd is only reachable where etcd has cores of its own, as in production; kube-apiserver's own write path (HTTP, decode, admission, a transaction, watch fan-out) has the same shape.\n",
         us(total), us(raw), 100.0 * raw / total, us(after.2 - before.2), (after.2 - before.2) / raw, us(after.1 - before.1), us(after.0 - before.0)
     ));
+    s.line(&profiles);
     s
 }

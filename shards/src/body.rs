@@ -69,8 +69,9 @@ pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> 
     Ok(())
 }
 
-/// Serializes a list response from cached bytes without re-encoding the items.
-pub fn list(info: &ResourceInfo, rv: u64, continue_token: Option<&str>, remaining: Option<u64>, shard_info: Option<&str>, items: &[Arc<CachedObject>]) -> Bytes {
+/// Serializes a list response from cached bytes without re-encoding the items; with `lines`,
+/// each item on a line of its own (cached bytes are compact JSON, which has no raw newline).
+pub fn list(info: &ResourceInfo, rv: u64, continue_token: Option<&str>, remaining: Option<u64>, shard_info: Option<&str>, items: &[Arc<CachedObject>], lines: bool) -> Bytes {
     let mut meta = serde_json::Map::new();
     meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
     if let Some(c) = continue_token {
@@ -90,7 +91,13 @@ pub fn list(info: &ResourceInfo, rv: u64, continue_token: Option<&str>, remainin
         if i > 0 {
             out.push(b',');
         }
+        if lines {
+            out.push(b'\n');
+        }
         out.extend_from_slice(&o.bytes);
+    }
+    if lines {
+        out.push(b'\n');
     }
     out.extend_from_slice(b"]}");
     Bytes::from(out)

@@ -32,6 +32,9 @@ type Reply = Result<Response<Body>, ApiError>;
 pub struct View {
     pub repr: Representation,
     pub include: IncludeObject,
+    /// A JSON list's entries one per line, for a router that splits them
+    /// ([`crate::shard::LIST_FRAMING_HEADER`]).
+    pub lines: bool,
 }
 
 impl View {
@@ -41,7 +44,7 @@ impl View {
             Representation::Json if single => Ok(body::json(StatusCode::OK, items[0].bytes.clone())),
             Representation::Json => {
                 let rv = meta["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
-                Ok(body::json(StatusCode::OK, body::list(info, rv, meta["continue"].as_str(), meta["remainingItemCount"].as_u64(), meta["shardInfo"]["selector"].as_str(), items)))
+                Ok(body::json(StatusCode::OK, body::list(info, rv, meta["continue"].as_str(), meta["remainingItemCount"].as_u64(), meta["shardInfo"]["selector"].as_str(), items, self.lines)))
             }
             _ => {
                 let bytes: Vec<&[u8]> = items.iter().map(|o| o.bytes.as_ref()).collect();
@@ -588,7 +591,7 @@ pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, q
             Err(e) => return Err(e),
         }
     }
-    Ok(body::json(StatusCode::OK, body::list(&t.info, shard.served(&t.info).cache.synced(), None, None, None, &deleted)))
+    Ok(body::json(StatusCode::OK, body::list(&t.info, shard.served(&t.info).cache.synced(), None, None, None, &deleted, false)))
 }
 
 #[cfg(test)]

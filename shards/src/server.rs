@@ -208,11 +208,6 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         shard.served(info).cache.progress_wanted().notify_one();
         return Ok(text(StatusCode::ACCEPTED, "progress requested"));
     }
-    if get && segs.as_slice() == ["shardplane", "v1", "revision"] {
-        // etcd's current revision: the R a router reads every shard at for one merged LIST.
-        let rev = shard.storage.current_revision().await.map_err(|e| ApiError::unavailable(format!("storage is unavailable: {e}")))?;
-        return json_ok(serde_json::json!({"revision": rev.to_string()}));
-    }
     if get && segs.as_slice() == ["shardplane", "v1", "shard"] {
         // Who this shard is and what it caches: a router builds the range map from these.
         let ranges: Vec<String> = shard.ranges.ranges().iter().map(|r| r.to_string()).collect();
@@ -245,7 +240,8 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
     }
     // Negotiated before anything is done, for writes too (their answer is transformed alike).
     let repr = table::negotiate(headers).ok_or_else(|| ApiError::not_acceptable(accept))?;
-    let view = View { repr, include: table::IncludeObject::parse(handlers::form_value(query, "includeObject").as_deref())? };
+    let lines = headers.get(crate::shard::LIST_FRAMING_HEADER).is_some_and(|v| v == "lines");
+    let view = View { repr, include: table::IncludeObject::parse(handlers::form_value(query, "includeObject").as_deref())?, lines };
     let name = t.name.clone();
     match (method.as_str(), name.as_deref()) {
         ("GET", None) => {

@@ -32,6 +32,11 @@ struct MapView {
 /// The request header carrying the range-map epoch a router routed the request under.
 pub const EPOCH_HEADER: &str = "shardplane-range-epoch";
 
+/// The request header with which a router asks for a JSON list's entries one per line (value
+/// `lines`), so that it can split them with one memchr each instead of scanning every byte.
+/// Only a router merging several shards asks; every other client gets upstream's compact layout.
+pub const LIST_FRAMING_HEADER: &str = "shardplane-list-framing";
+
 /// A running shard.
 pub struct Shard {
     pub id: String,

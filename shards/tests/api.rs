@@ -734,6 +734,15 @@ async fn write_answers_follow_accept_and_objects_are_written_in_upstream_key_ord
     let text = String::from_utf8(list.to_vec()).unwrap();
     assert!(text.starts_with(r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":""#), "{text}");
     assert!(text.contains(r#""items":[{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"k""#), "{text}");
+    // A router that splits lists asks for one entry per line; nobody else gets that layout.
+    assert_eq!(s.post(CM, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "k2"}, "data": {"x": "a\nb"}})).await.0, 201);
+    let framed = client().get(format!("{}{CM}", s.url)).header(shardplane_shard::shard::LIST_FRAMING_HEADER, "lines").send().await.unwrap().text().await.unwrap();
+    let lines: Vec<&str> = framed.lines().collect();
+    assert_eq!(lines.len(), 4, "{framed}");
+    assert!(lines[0].ends_with(r#""items":["#) && lines[1].starts_with('{') && lines[1].ends_with("},") && lines[2].ends_with('}') && lines[3] == "]}", "{framed}");
+    assert_eq!(serde_json::from_str::<Value>(&framed).unwrap()["items"][1]["data"]["x"], "a\nb");
+    let (_, plain) = send(reqwest::Method::GET, CM.into(), "application/json", None).await;
+    assert!(!plain.contains(&b'\n'));
 
     // A ConfigMap's delete answers a Success Status (passed as is); a pod's graceful delete
     // answers the object, transformed.

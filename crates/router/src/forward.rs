@@ -9,7 +9,7 @@ use shardplane_apimachinery::ApiError;
 use shardplane_coordinator::map_store::{self, ShardAddr};
 use shardplane_coordinator::range_map::RangeMap;
 use shardplane_keyspace::{placement_hash, HashRange};
-use shardplane_shard::shard::EPOCH_HEADER;
+use shardplane_shard::shard::{EPOCH_HEADER, LIST_FRAMING_HEADER};
 use shardplane_storage::range_map::StoredShard;
 use shardplane_storage::Storage;
 use std::sync::Arc;
@@ -194,9 +194,13 @@ impl Shards {
     }
 
     /// GET whose body the caller streams; a refusal for a stale map is an error (code 421) for
-    /// [`Shards::routed`] to retry, as in [`Shards::get_bytes`].
-    pub async fn get_streaming(&self, base: &str, path_and_query: &str, accept: Option<&HeaderValue>) -> Result<reqwest::Response, ApiError> {
+    /// [`Shards::routed`] to retry, as in [`Shards::get_bytes`]. `split`: the caller splits a
+    /// list into its entries, so the shard is asked to write them one per line.
+    pub async fn get_streaming(&self, base: &str, path_and_query: &str, accept: Option<&HeaderValue>, split: bool) -> Result<reqwest::Response, ApiError> {
         let mut req = self.request(Method::GET, format!("{base}{path_and_query}"));
+        if split {
+            req = req.header(LIST_FRAMING_HEADER, "lines");
+        }
         if let Some(a) = accept {
             req = req.header(header::ACCEPT, a);
         }
@@ -208,14 +212,10 @@ impl Shards {
         Ok(resp)
     }
 
-    /// etcd's current revision, as a shard reads it.
+    /// etcd's current revision, read from etcd itself (one round trip, not a hop through a
+    /// shard that reads it the same way).
     pub async fn current_revision(&self) -> Result<u64, ApiError> {
-        let base = self.urls()[0].clone();
-        let (status, _, v) = self.get_json(&base, "/shardplane/v1/revision", None).await?;
-        if !status.is_success() {
-            return Err(shard_status(status, &v));
-        }
-        v["revision"].as_str().and_then(|r| r.parse().ok()).ok_or_else(|| ApiError::unavailable(format!("shard {base} did not report the revision")))
+        self.storage.current_revision().await.map_err(|e| ApiError::unavailable(format!("etcd: {e}")))
     }
 }
 
@@ -268,17 +268,6 @@ fn map_unavailable(e: map_store::MapStoreError) -> ApiError {
 /// 503 for a shard that cannot be reached.
 pub fn unavailable(base: &str, e: &reqwest::Error) -> ApiError {
     ApiError::unavailable(format!("shard {base} is unavailable: {e}"))
-}
-
-/// A shard's error Status as an [`ApiError`] with the same code, reason and message.
-pub fn shard_status(code: StatusCode, body: &serde_json::Value) -> ApiError {
-    let message = body["message"].as_str().unwrap_or("shard error").to_owned();
-    match body["reason"].as_str() {
-        Some("TooManyRequests") => ApiError::too_many_requests(message, body.pointer("/details/retryAfterSeconds").and_then(|v| v.as_u64()).unwrap_or(1)),
-        Some("Timeout") => ApiError::timeout(message),
-        _ if code == StatusCode::SERVICE_UNAVAILABLE => ApiError::unavailable(message),
-        _ => ApiError::internal(message),
-    }
 }
 
 /// A shard's non-success answer, passed on verbatim (the same Status a single server gives).

@@ -3,14 +3,15 @@
 
 use crate::forward::{passthrough, Shards};
 use axum::body::Body;
-use axum::http::{header, HeaderMap, Response, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::ApiError;
 use crate::list_stream::{EntrySplitter, Head};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
 use shardplane_coordinator::list_merge::{merge, ShardPage};
 
 /// Query parameters the router sets itself for every shard.
@@ -55,12 +56,37 @@ struct Keyed {
 /// metadata a few hundred bytes). Anything else falls back to a full parse.
 pub fn entry_key_of(e: &[u8]) -> (String, String) {
     if let Some(at) = memchr::memmem::find(e, b"\"metadata\":") {
+        if let Some(key) = key_from_ordered_meta(&e[at + 11..]) {
+            return key;
+        }
         let mut de = serde_json::Deserializer::from_slice(&e[at + 11..]).into_iter::<KeyMeta>();
         if let Some(Ok(m)) = de.next() {
             return (m.namespace, m.name);
         }
     }
     entry_key_in(std::str::from_utf8(e).unwrap_or(""))
+}
+
+/// (namespace, name) from the opening of an ObjectMeta in Go's field order, as shards write it:
+/// `{"name":…`, maybe `"generateName"`, then `"namespace"` unless the object has none.
+/// None when the bytes are laid out otherwise (or a string has an escape), for the parse.
+fn key_from_ordered_meta(m: &[u8]) -> Option<(String, String)> {
+    /// A string without escapes (names never have them) and the bytes after its closing quote.
+    fn plain(b: &[u8]) -> Option<(String, &[u8])> {
+        let end = memchr::memchr2(b'"', b'\\', b)?;
+        (b[end] == b'"').then_some(())?;
+        Some((std::str::from_utf8(&b[..end]).ok()?.to_owned(), &b[end + 1..]))
+    }
+    let (name, mut rest) = plain(m.strip_prefix(b"{\"name\":\"")?)?;
+    if let Some(r) = rest.strip_prefix(b",\"generateName\":\"") {
+        rest = plain(r)?.1;
+    }
+    if let Some(r) = rest.strip_prefix(b",\"namespace\":\"") {
+        return Some((plain(r)?.0, name));
+    }
+    // No namespace next: certain only if none follows anywhere (else a field out of Go's order
+    // might be it, and the parse decides).
+    memchr::memmem::find(rest, b"\"namespace\":").is_none().then_some((String::new(), name))
 }
 
 /// The full parse, for an entry not in the layout shards write.
@@ -105,9 +131,40 @@ pub fn shard_page_limit(limit: u64, k: usize) -> u64 {
 /// A merged page: the list's JSON (with the continue token, if any) and its content type.
 pub struct MergedList {
     pub body: Vec<u8>,
-    pub content_type: Option<axum::http::HeaderValue>,
+    pub content_type: Option<HeaderValue>,
     /// The entries' bytes, for callers that emit them one by one (a watch's initial state).
     pub entries: Vec<Bytes>,
+}
+
+/// One shard's part of a page: its list head, content type and entries with their keys.
+struct ShardAnswer {
+    head: Head,
+    content_type: Option<HeaderValue>,
+    entries: Vec<((String, String), Bytes)>,
+}
+
+/// Reads one shard's page, splitting it into entries (and reading each one's key) as its bytes
+/// arrive, so the work overlaps the transfer; or the shard's error answer verbatim.
+async fn read_shard_page(shards: &Shards, url: &str, path_and_query: &str, accept: Option<&HeaderValue>) -> Result<Result<ShardAnswer, Response<Body>>, ApiError> {
+    let resp = shards.get_streaming(url, path_and_query, accept, true).await?;
+    let status = resp.status();
+    if !status.is_success() {
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        return Ok(Err(passthrough(status, &body)));
+    }
+    let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
+    let mut body = resp.bytes_stream();
+    let mut splitter = EntrySplitter::new();
+    let mut entries = Vec::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| crate::forward::unavailable(url, &e))?;
+        entries.extend(splitter.push(&chunk).map_err(unreadable)?.into_iter().map(|e| (entry_key_of(&e), e)));
+    }
+    if !splitter.done() {
+        return Err(unreadable("the list ends early".into()));
+    }
+    let head = splitter.into_head().expect("a finished list has its head");
+    Ok(Ok(ShardAnswer { head, content_type, entries }))
 }
 
 /// One merged page at `rv` after `after`, or a shard's error answer verbatim.
@@ -115,32 +172,24 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
     let urls = shards.urls();
     let pq = shard_request(t, query, rv, after.as_ref(), limit.map(|l| shard_page_limit(l, urls.len())));
     let accept = headers.get(header::ACCEPT);
-    let answers = futures::future::join_all(urls.iter().map(|u| shards.get_bytes(u, &pq, accept))).await;
+    let answers = futures::future::join_all(urls.iter().map(|u| read_shard_page(shards, u, &pq, accept))).await;
     let mut pages = Vec::new();
-    let mut template: Option<(Head, Option<axum::http::HeaderValue>)> = None;
+    let mut template: Option<(Head, Option<HeaderValue>)> = None;
     let mut remaining: Option<u64> = Some(0);
     for a in answers {
-        let (status, ct, bytes) = a?;
-        if !status.is_success() {
-            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            return Ok(Err(passthrough(status, &body)));
-        }
-        // Entries are found by the splitter, never decoded; only each one's key is read.
-        let mut splitter = EntrySplitter::new();
-        let entries = splitter.push(&bytes).map_err(unreadable)?;
-        if !splitter.done() {
-            return Err(unreadable("the list ends early".into()));
-        }
-        let head = splitter.into_head().expect("a finished list has its head");
-        let meta = &head.list["metadata"];
+        let answer = match a? {
+            Ok(answer) => answer,
+            Err(shard_error) => return Ok(Err(shard_error)),
+        };
+        let meta = &answer.head.list["metadata"];
         let more = meta.get("continue").and_then(Value::as_str).is_some_and(|c| !c.is_empty());
         remaining = match (remaining, meta.get("remainingItemCount").and_then(Value::as_u64)) {
             (Some(r), Some(x)) => Some(r + x),
             (Some(r), None) if !more => Some(r),
             _ => None,
         };
-        pages.push(ShardPage { items: entries.into_iter().map(|e| (entry_key_of(&e), e)).collect(), more });
-        template.get_or_insert((head, ct));
+        pages.push(ShardPage { items: answer.entries, more });
+        template.get_or_insert((answer.head, answer.content_type));
     }
     let fetched: usize = pages.iter().map(|p| p.items.len()).sum();
     let merged = merge(pages, limit.map(|l| l as usize)).map_err(|e| ApiError::internal(format!("shard pages do not merge: {e}")))?;
@@ -171,17 +220,28 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
 }
 
 /// A page from the only shard: its answer as it stands, but for the continue token, which
-/// becomes the router's (with the range-map epoch). Nothing needs merging, so nothing is split.
+/// becomes the router's (with the range-map epoch). Nothing needs merging, so nothing is split:
+/// once the head has arrived and is rewritten, the rest of the shard's body streams through.
 async fn single_shard_page(shards: &Shards, t: &Target, query: &str, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Response<Body>, ApiError> {
     let url = shards.urls()[0].clone();
-    let (status, ct, bytes) = shards.get_bytes(&url, &shard_request(t, query, rv, after.as_ref(), limit), headers.get(header::ACCEPT)).await?;
+    let resp = shards.get_streaming(&url, &shard_request(t, query, rv, after.as_ref(), limit), headers.get(header::ACCEPT), false).await?;
+    let status = resp.status();
     if !status.is_success() {
-        return Ok(passthrough(status, &serde_json::from_slice(&bytes).unwrap_or(Value::Null)));
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        return Ok(passthrough(status, &body));
     }
-    let (at, marker) = crate::list_stream::entries_start(&bytes).ok_or_else(|| unreadable("no items".into()))?;
-    let mut splitter = EntrySplitter::new();
-    splitter.push(&bytes[..at + marker]).map_err(unreadable)?;
-    let head = splitter.into_head().ok_or_else(|| unreadable("no head".into()))?;
+    let ct = resp.headers().get(header::CONTENT_TYPE).cloned();
+    let mut body = resp.bytes_stream();
+    let mut buf = BytesMut::new();
+    let (head, at) = loop {
+        if let Some(head) = crate::list_stream::read_head(&buf) {
+            break head.map_err(unreadable)?;
+        }
+        match body.next().await {
+            Some(chunk) => buf.extend_from_slice(&chunk.map_err(|e| crate::forward::unavailable(&url, &e))?),
+            None => return Err(unreadable("no items".into())),
+        }
+    };
     let mut meta = head.list["metadata"].clone();
     meta["resourceVersion"] = json!(rv.to_string());
     if let Some(token) = meta.get("continue").and_then(Value::as_str).filter(|c| !c.is_empty()) {
@@ -189,10 +249,11 @@ async fn single_shard_page(shards: &Shards, t: &Target, query: &str, headers: &H
         token.epoch = Some(shards.epoch());
         meta["continue"] = json!(token.encode());
     }
-    let mut body = list_head(&head, &meta);
-    body.extend_from_slice(&bytes[at + marker..]);
-    let mut r = Response::new(Body::from(body));
-    r.headers_mut().insert(header::CONTENT_TYPE, ct.unwrap_or(axum::http::HeaderValue::from_static("application/json")));
+    let mut first = list_head(&head, &meta);
+    first.extend_from_slice(&buf[at..]);
+    let rest = futures::stream::once(std::future::ready(Ok(Bytes::from(first)))).chain(body.map(|c| c.map_err(std::io::Error::other)));
+    let mut r = Response::new(Body::from_stream(rest));
+    r.headers_mut().insert(header::CONTENT_TYPE, ct.unwrap_or(HeaderValue::from_static("application/json")));
     Ok(r)
 }
 
@@ -259,7 +320,7 @@ pub async fn list(shards: &Shards, t: &Target, o: &ListOptions, query: &str, hea
         Ok(page) => {
             let mut r = Response::new(Body::from(page.body));
             *r.status_mut() = StatusCode::OK;
-            r.headers_mut().insert(header::CONTENT_TYPE, page.content_type.unwrap_or(axum::http::HeaderValue::from_static("application/json")));
+            r.headers_mut().insert(header::CONTENT_TYPE, page.content_type.unwrap_or(HeaderValue::from_static("application/json")));
             Ok(r)
         }
     }
@@ -282,6 +343,13 @@ mod tests {
         assert_eq!(key(r#"{"kind":"Namespace","metadata":{"name":"cluster-scoped"}}"#), k("", "cluster-scoped"));
         // Not the layout shards write: the full parse still finds the key.
         assert_eq!(key(r#"{"spec":{"x":1},"metadata":{"name":"late","namespace":"d"}}"#), k("d", "late"));
+        assert_eq!(key(r#"{"metadata":{"labels":{},"namespace":"e","name":"n"}}"#), k("e", "n"));
+        assert_eq!(key(r#"{"metadata":{"name":"n","labels":{"a":"b"},"namespace":"f"}}"#), k("f", "n"));
+        assert_eq!(key(r#"{"metadata":{"name":"n\u0041","namespace":"g"}}"#), k("g", "nA"));
+        // The Go-order fast path: generateName skipped, cluster-scoped ends or goes on to uid.
+        assert_eq!(key(r#"{"metadata":{"name":"a-x","generateName":"a-","namespace":"h","uid":"1"}}"#), k("h", "a-x"));
+        assert_eq!(key(r#"{"metadata":{"name":"c","uid":"1"}}"#), k("", "c"));
+        assert_eq!(key(r#"{"metadata":{"name":"c"}}"#), k("", "c"));
     }
 
     #[test]

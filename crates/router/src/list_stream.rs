@@ -49,6 +49,9 @@ pub struct EntrySplitter {
     start: usize,
     state: State,
     head: Option<Head>,
+    /// The body is line-framed ([`LIST_FRAMING_HEADER`](shardplane_shard::shard::LIST_FRAMING_HEADER)):
+    /// one entry per line.
+    lines: bool,
 }
 
 impl Default for EntrySplitter {
@@ -59,7 +62,7 @@ impl Default for EntrySplitter {
 
 impl EntrySplitter {
     pub fn new() -> Self {
-        Self { buf: BytesMut::new(), scanned: 0, start: 0, state: State::Head, head: None }
+        Self { buf: BytesMut::new(), scanned: 0, start: 0, state: State::Head, head: None, lines: false }
     }
 
     /// Adds bytes; returns the entries they completed.
@@ -67,55 +70,63 @@ impl EntrySplitter {
         self.buf.extend_from_slice(chunk);
         let mut out = Vec::new();
         if self.state == State::Head {
-            let Some((at, rows)) = find_entries_start(&self.buf) else { return Ok(out) };
-            let (marker_len, field) = if rows { (8, "rows") } else { (9, "items") };
-            let head_text = std::str::from_utf8(&self.buf[..at]).map_err(|e| e.to_string())?;
-            let list: Value = serde_json::from_str(&format!("{head_text}\"{field}\":[]}}")).map_err(|e| format!("unreadable list head: {e}"))?;
-            self.head = Some(Head { list, rows });
-            let _ = self.buf.split_to(at + marker_len);
+            let Some(head) = read_head(&self.buf) else { return Ok(out) };
+            let (head, at) = head?;
+            // A shard asked for line framing starts every entry on a line of its own.
+            let Some(&first) = self.buf.get(at) else { return Ok(out) };
+            self.lines = first == b'\n';
+            self.head = Some(head);
+            let _ = self.buf.split_to(at);
             self.scanned = 0;
             self.state = State::Between;
         }
+        if self.lines {
+            return self.split_lines(out);
+        }
         let mut i = self.scanned;
+        // Each step jumps with memchr to the next byte that matters: in a string a quote or a
+        // backslash, outside one a quote or a brace. Brackets need no count: in well-formed
+        // JSON the brace that closes an entry comes after every bracket inside it is closed.
         while i < self.buf.len() {
-            let c = self.buf[i];
             match &mut self.state {
-                State::Between => match c {
+                State::Between => match self.buf[i] {
                     b'{' => {
                         self.start = i;
                         self.state = State::Entry { depth: 1, string: false, escape: false };
                     }
-                    b']' => self.state = State::Done,
+                    b']' => {
+                        self.state = State::Done;
+                        break;
+                    }
                     b',' | b' ' | b'\n' | b'\r' | b'\t' => {}
                     other => return Err(format!("unexpected byte {:?} between list entries", other as char)),
                 },
-                State::Entry { depth, string, escape } => {
-                    if *escape {
-                        *escape = false;
-                    } else if *string {
-                        match c {
-                            b'\\' => *escape = true,
-                            b'"' => *string = false,
-                            _ => {
-                                // Most of an object is string bytes: jump to the next quote
-                                // or backslash.
-                                match memchr::memchr2(b'"', b'\\', &self.buf[i..]) {
-                                    Some(skip) => {
-                                        i += skip;
-                                        continue;
-                                    }
-                                    None => {
-                                        i = self.buf.len();
-                                        break;
-                                    }
-                                }
-                            }
+                State::Entry { escape, .. } if *escape => *escape = false,
+                State::Entry { string: string @ true, escape, .. } => match memchr::memchr2(b'"', b'\\', &self.buf[i..]) {
+                    None => {
+                        i = self.buf.len();
+                        break;
+                    }
+                    Some(skip) => {
+                        i += skip;
+                        if self.buf[i] == b'"' {
+                            *string = false;
+                        } else {
+                            *escape = true;
                         }
-                    } else {
-                        match c {
+                    }
+                },
+                State::Entry { depth, string, .. } => match memchr::memchr3(b'"', b'{', b'}', &self.buf[i..]) {
+                    None => {
+                        i = self.buf.len();
+                        break;
+                    }
+                    Some(skip) => {
+                        i += skip;
+                        match self.buf[i] {
                             b'"' => *string = true,
-                            b'{' | b'[' => *depth += 1,
-                            b'}' | b']' => {
+                            b'{' => *depth += 1,
+                            _ => {
                                 *depth -= 1;
                                 if *depth == 0 {
                                     let entry = self.buf.split_to(i + 1).split_off(self.start).freeze();
@@ -126,10 +137,9 @@ impl EntrySplitter {
                                     continue;
                                 }
                             }
-                            _ => {}
                         }
                     }
-                }
+                },
                 State::Done => break,
                 State::Head => unreachable!("the head is found above"),
             }
@@ -140,6 +150,35 @@ impl EntrySplitter {
             // Nothing of value before the next entry.
             let _ = self.buf.split_to(self.scanned);
             self.scanned = 0;
+        }
+        Ok(out)
+    }
+
+    /// Splits a line-framed body: `[`, then each entry on a line of its own (followed by a comma
+    /// but for the last), then `]}`. Compact JSON has no raw newline (one in a string is
+    /// written `\n`), so one memchr per entry finds it.
+    fn split_lines(&mut self, mut out: Vec<Bytes>) -> Result<Vec<Bytes>, String> {
+        while self.state != State::Done {
+            let Some(nl) = memchr::memchr(b'\n', &self.buf[self.scanned..]).map(|j| self.scanned + j) else {
+                if self.buf.first() == Some(&b']') {
+                    self.state = State::Done;
+                } else {
+                    self.scanned = self.buf.len();
+                }
+                break;
+            };
+            let mut line = self.buf.split_to(nl + 1);
+            self.scanned = 0;
+            line.truncate(nl);
+            if line.last() == Some(&b',') {
+                line.truncate(line.len() - 1);
+            }
+            match (line.first(), line.last()) {
+                (None, _) => {}
+                (Some(b']'), _) => self.state = State::Done,
+                (Some(b'{'), Some(b'}')) => out.push(line.freeze()),
+                _ => return Err("a line of a line-framed list is not one entry".into()),
+            }
         }
         Ok(out)
     }
@@ -160,22 +199,25 @@ impl EntrySplitter {
     }
 }
 
-/// Where a list's entries start: the offset of `"items":[` or `"rows":[` and that marker's
-/// length.
-pub fn entries_start(buf: &[u8]) -> Option<(usize, usize)> {
-    find_entries_start(buf).map(|(at, rows)| (at, if rows { 8 } else { 9 }))
+/// A list body's head, once its entries' opening (`"items":[` or `"rows":[`) has arrived, and
+/// the offset just past that opening.
+pub fn read_head(buf: &[u8]) -> Option<Result<(Head, usize), String>> {
+    let (at, rows) = find_entries_start(buf)?;
+    let (marker_len, field) = if rows { (8, "rows") } else { (9, "items") };
+    let parsed = std::str::from_utf8(&buf[..at]).map_err(|e| e.to_string()).and_then(|head_text| serde_json::from_str::<Value>(&format!("{head_text}\"{field}\":[]}}")).map_err(|e| format!("unreadable list head: {e}")));
+    Some(parsed.map(|list| (Head { list, rows }, at + marker_len)))
 }
 
 /// Where a list's entries start: the offset of `"items":[` or `"rows":[`, and whether it is
 /// rows. In JSON a `"` inside a string is always escaped, so these bytes occur only as keys;
 /// the head's other keys (kind, apiVersion, metadata, columnDefinitions) never use them.
 fn find_entries_start(buf: &[u8]) -> Option<(usize, bool)> {
-    let find = |pat: &[u8]| buf.windows(pat.len()).position(|w| w == pat);
-    match (find(b"\"items\":["), find(b"\"rows\":[")) {
-        (Some(i), Some(r)) => Some(if i < r { (i, false) } else { (r, true) }),
-        (Some(i), None) => Some((i, false)),
-        (None, Some(r)) => Some((r, true)),
-        (None, None) => None,
+    let items = memchr::memmem::find(buf, b"\"items\":[");
+    // A Table's rows come before anything its rows contain, so only the bytes before the
+    // first `"items":[` (if any) are searched for them.
+    match memchr::memmem::find(&buf[..items.unwrap_or(buf.len())], b"\"rows\":[") {
+        Some(r) => Some((r, true)),
+        None => items.map(|i| (i, false)),
     }
 }
 
@@ -226,7 +268,8 @@ impl ShardEntries {
 pub async fn streamed_list(shards: &Shards, path_and_query: &str, headers: &HeaderMap, rv: u64) -> Result<Response<Body>, ApiError> {
     let accept = headers.get(header::ACCEPT);
     let urls = shards.urls();
-    let answers = futures::future::join_all(urls.iter().map(|u| shards.get_streaming(u, path_and_query, accept))).await;
+    // One shard's body passes through as it is; several are split, one entry per line.
+    let answers = futures::future::join_all(urls.iter().map(|u| shards.get_streaming(u, path_and_query, accept, urls.len() > 1))).await;
     let mut streams = Vec::new();
     let mut content_type = None;
     for (url, a) in urls.iter().zip(answers) {
@@ -338,16 +381,46 @@ mod tests {
         leaf.prop_recursive(3, 24, 4, |inner| prop_oneof![proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from), proptest::collection::btree_map("[a-z\"{}]{0,4}", inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect()))])
     }
 
+    /// A list as a shard writes it when asked for line framing.
+    fn framed(items: &[Value]) -> Vec<u8> {
+        let mut body = br#"{"kind":"List","metadata":{"resourceVersion":"1"},"items":["#.to_vec();
+        for (i, item) in items.iter().enumerate() {
+            body.extend_from_slice(if i > 0 { b",\n" } else { b"\n" });
+            body.extend(serde_json::to_vec(item).unwrap());
+        }
+        body.extend_from_slice(b"\n]}");
+        body
+    }
+
+    #[test]
+    fn splits_line_framed_lists_and_refuses_a_broken_line() {
+        let items = [serde_json::json!({"a": "x\ny", "b": [1, {"c": "}"}]}), serde_json::json!({})];
+        let body = framed(&items);
+        for chunk in 1..body.len() + 1 {
+            let (head, entries, done) = split_all(&body, chunk);
+            assert!(done && head.list["metadata"]["resourceVersion"] == "1", "chunk {chunk}");
+            let back: Vec<Value> = entries.iter().map(|e| serde_json::from_slice(e).unwrap()).collect();
+            assert_eq!(back, items, "chunk {chunk}");
+        }
+        let (_, entries, done) = split_all(&framed(&[]), 2);
+        assert!(done && entries.is_empty());
+        let mut s = EntrySplitter::new();
+        assert!(s.push(b"{\"kind\":\"List\",\"metadata\":{},\"items\":[\n{\"a\":\n1}\n]}").is_err());
+    }
+
     proptest! {
-        /// Any list of objects, cut anywhere, splits back into exactly its entries.
+        /// Any list of objects, cut anywhere, splits back into exactly its entries, in the
+        /// compact layout and line-framed alike.
         #[test]
         fn entries_come_back_exactly(items in proptest::collection::vec(proptest::collection::btree_map("[a-z]{1,4}", value(), 0..4), 0..6), chunk in 1usize..40) {
             let items: Vec<Value> = items.into_iter().map(|m| Value::Object(m.into_iter().collect())).collect();
-            let body = serde_json::to_vec(&serde_json::json!({"kind": "List", "metadata": {"resourceVersion": "1"}, "items": items})).unwrap();
-            let (_, entries, done) = split_all(&body, chunk);
-            prop_assert!(done);
-            let back: Vec<Value> = entries.iter().map(|e| serde_json::from_slice(e).unwrap()).collect();
-            prop_assert_eq!(back, items);
+            let compact = serde_json::to_vec(&serde_json::json!({"kind": "List", "metadata": {"resourceVersion": "1"}, "items": items})).unwrap();
+            for body in [compact, framed(&items)] {
+                let (_, entries, done) = split_all(&body, chunk);
+                prop_assert!(done);
+                let back: Vec<Value> = entries.iter().map(|e| serde_json::from_slice(e).unwrap()).collect();
+                prop_assert_eq!(&back, &items);
+            }
         }
     }
 }

@@ -66,6 +66,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
     let view = View {
         repr: table::negotiate(headers).ok_or_else(|| ApiError::not_acceptable(accept))?,
         include: table::IncludeObject::parse(form_value(query, "includeObject").as_deref())?,
+        lines: false,
     };
     let spec = UpstreamSpec {
         path: target_path(&t),
