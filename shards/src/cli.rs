@@ -49,6 +49,10 @@ struct Args {
     /// Most concurrent mutating requests; more get 429.
     #[arg(long, default_value_t = 200)]
     max_mutating_requests_inflight: usize,
+    /// Seconds of the membership lease: the coordinator takes a shard that stops renewing it
+    /// for dead this long after (RFC 0006).
+    #[arg(long, default_value_t = 10)]
+    member_ttl_seconds: u64,
 }
 
 /// Set by a parent (shard-router) that holds the shard's stdin open: the shard stops when it
@@ -105,6 +109,7 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         min_request_timeout: Duration::from_secs(args.min_request_timeout.max(1)),
         max_requests_inflight: args.max_requests_inflight,
         max_mutating_inflight: args.max_mutating_requests_inflight,
+        member_ttl: Duration::from_secs(args.member_ttl_seconds.max(1)),
     };
     let shutdown = shutdown_on_signal();
     if std::env::var_os(EXIT_WITH_STDIN).is_some() {

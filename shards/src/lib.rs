@@ -12,6 +12,7 @@ pub mod body;
 pub mod cli;
 pub mod discovery;
 pub mod handlers;
+pub mod membership;
 pub mod metrics;
 pub mod namespaces;
 pub mod server;

@@ -37,6 +37,9 @@ pub struct ShardConfig {
     /// A watch without `timeoutSeconds` runs a random time between this and twice this
     /// (upstream `--min-request-timeout`).
     pub min_request_timeout: Duration,
+    /// TTL of the shard's membership lease (RFC 0006): a shard that stops renewing it is dead
+    /// to the coordinator this long after.
+    pub member_ttl: Duration,
     /// Most concurrent non-mutating, non-watch requests (upstream `--max-requests-inflight`).
     pub max_requests_inflight: usize,
     /// Most concurrent mutating requests (upstream `--max-mutating-requests-inflight`).
@@ -85,10 +88,12 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::namespaces::bootstrap(shard.clone()));
     let limits = InflightLimits::new(config.max_requests_inflight, config.max_mutating_inflight);
+    let shard_for_members = shard.clone();
     let app = router(shard, limits);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(id = %config.id, addr = %listener.local_addr()?, ranges = %config.ranges, "shard serving");
+    crate::membership::register(shard_for_members, format!("http://{}", listener.local_addr()?), config.member_ttl, shutdown.clone());
     let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
         let _ = s.set_nodelay(true);
     });

@@ -734,15 +734,6 @@ async fn write_answers_follow_accept_and_objects_are_written_in_upstream_key_ord
     let text = String::from_utf8(list.to_vec()).unwrap();
     assert!(text.starts_with(r#"{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":""#), "{text}");
     assert!(text.contains(r#""items":[{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"k""#), "{text}");
-    // A router that splits lists asks for one entry per line; nobody else gets that layout.
-    assert_eq!(s.post(CM, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "k2"}, "data": {"x": "a\nb"}})).await.0, 201);
-    let framed = client().get(format!("{}{CM}", s.url)).header(shardplane_shard::shard::LIST_FRAMING_HEADER, "lines").send().await.unwrap().text().await.unwrap();
-    let lines: Vec<&str> = framed.lines().collect();
-    assert_eq!(lines.len(), 4, "{framed}");
-    assert!(lines[0].ends_with(r#""items":["#) && lines[1].starts_with('{') && lines[1].ends_with("},") && lines[2].ends_with('}') && lines[3] == "]}", "{framed}");
-    assert_eq!(serde_json::from_str::<Value>(&framed).unwrap()["items"][1]["data"]["x"], "a\nb");
-    let (_, plain) = send(reqwest::Method::GET, CM.into(), "application/json", None).await;
-    assert!(!plain.contains(&b'\n'));
 
     // A ConfigMap's delete answers a Success Status (passed as is); a pod's graceful delete
     // answers the object, transformed.
@@ -752,6 +743,24 @@ async fn write_answers_follow_accept_and_objects_are_written_in_upstream_key_ord
     assert_eq!(s.post("/api/v1/namespaces/demo/pods", &pod).await.0, 201);
     let (code, deleted) = send(reqwest::Method::DELETE, "/api/v1/namespaces/demo/pods/p".into(), META, None).await;
     assert_eq!((code, parse(&deleted)["kind"].as_str(), parse(&deleted)["metadata"]["name"].as_str()), (200, Some("PartialObjectMetadata"), Some("p")));
+}
+
+/// A router that splits lists asks a shard for one entry per line (a shard's own surface, so
+/// always a shard); nobody else gets that layout.
+#[tokio::test]
+async fn a_shard_frames_list_entries_one_per_line_only_when_a_router_asks() {
+    let etcd = Etcd::start().await;
+    let s = TestShard::start_shard(test_config(&etcd, RangeSet::full())).await;
+    s.namespace("demo").await;
+    assert_eq!(s.post(CM, &configmap("k", json!({}))).await.0, 201);
+    assert_eq!(s.post(CM, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "k2"}, "data": {"x": "a\nb"}})).await.0, 201);
+    let framed = client().get(format!("{}{CM}", s.url)).header(shardplane_shard::shard::LIST_FRAMING_HEADER, "lines").send().await.unwrap().text().await.unwrap();
+    let lines: Vec<&str> = framed.lines().collect();
+    assert_eq!(lines.len(), 4, "{framed}");
+    assert!(lines[0].ends_with(r#""items":["#) && lines[1].starts_with('{') && lines[1].ends_with("},") && lines[2].ends_with('}') && lines[3] == "]}", "{framed}");
+    assert_eq!(serde_json::from_str::<Value>(&framed).unwrap()["items"][1]["data"]["x"], "a\nb");
+    let plain = client().get(format!("{}{CM}", s.url)).send().await.unwrap().bytes().await.unwrap();
+    assert!(!plain.contains(&b'\n'));
 }
 
 /// Writes read the object they change from the watch cache first; a cache that has not seen the

@@ -8,12 +8,19 @@
 //! - [`list_merge`]: one LIST page from K shard pages read at one revision, in (namespace, name)
 //!   order (I3, I4);
 //! - [`watch_merge`]: one watch stream from K shard streams, released in strictly increasing
-//!   resourceVersion only below every shard's in-band progress mark (I2, I5).
+//!   resourceVersion only below every shard's in-band progress mark (I2, I5);
+//! - [`rebalance`]: membership and rebalancing decisions (RFC 0006): the next map from the
+//!   stored one and the live members, and the operator's requests as map edits;
+//! - [`service`]: the coordinator process: leader election on an etcd lease, then
+//!   [`rebalance::step`] applied by compare-and-swap whenever the map or the members change.
 //!
-//! It must never speak HTTP or read a clock: the router feeds it what shards said and acts on
-//! what it returns; only [`map_store`] talks to etcd. Membership and rebalancing (issue #6) will live beside these modules.
+//! It must never speak HTTP: the router feeds it what shards said and acts on what it returns.
+//! Only [`map_store`] and [`service`] talk to etcd, and only [`service`] reads a clock; the
+//! decisions themselves are pure functions, tested against models.
 
 pub mod list_merge;
 pub mod map_store;
 pub mod range_map;
+pub mod rebalance;
+pub mod service;
 pub mod watch_merge;

@@ -39,27 +39,42 @@ pub fn routing_table(stored: &StoredRangeMap) -> Result<RangeMap<ShardAddr>, Map
     Ok(RangeMap::new(stored.epoch, entries)?)
 }
 
-/// Who owns what, ignoring addresses: the part of a map whose change raises the epoch.
-fn ownership(shards: &[StoredShard]) -> Vec<(String, Vec<HashRange>)> {
-    let mut o: Vec<(String, Vec<HashRange>)> = shards.iter().map(|s| {
-        let mut r = s.ranges.clone();
-        r.sort();
-        (s.id.clone(), r)
-    }).collect();
+/// Who owns which hashes, ignoring addresses and how the ranges are cut (a split or a merge of
+/// one owner's ranges changes no hash's owner): the part of a map whose change raises the epoch.
+pub fn ownership(shards: &[StoredShard]) -> Vec<(String, Vec<HashRange>)> {
+    let mut o: Vec<(String, Vec<HashRange>)> = shards.iter().map(|s| (s.id.clone(), coalesce(s.ranges.clone()))).filter(|(_, r)| !r.is_empty()).collect();
     o.sort();
     o
+}
+
+/// `ranges` sorted, with adjacent ones joined.
+pub fn coalesce(mut ranges: Vec<HashRange>) -> Vec<HashRange> {
+    ranges.sort();
+    let mut out: Vec<HashRange> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if last.end() == u128::from(r.start()) => *last = HashRange::new(last.start(), r.end()).expect("joined ranges are not empty"),
+            _ => out.push(r),
+        }
+    }
+    out
 }
 
 /// The map that follows `current` when the shards are `shards`: the same epoch if only
 /// addresses changed, the next one if any range changed owner (epoch 1 for the first map).
 pub fn next_map(current: Option<&StoredRangeMap>, mut shards: Vec<StoredShard>) -> StoredRangeMap {
     shards.sort_by_key(|s| s.ranges.iter().map(|r| r.start()).min());
-    let epoch = match current {
-        Some(c) if ownership(&c.shards) == ownership(&shards) => c.epoch,
-        Some(c) => c.epoch + 1,
-        None => 1,
-    };
-    StoredRangeMap { epoch, shards }
+    match current {
+        // Same owners: the epoch and whatever the coordinator has in flight stay.
+        Some(c) if ownership(&c.shards) == ownership(&shards) => {
+            let cordoned = |id: &str| c.shards.iter().any(|s| s.id == id && s.cordoned);
+            let shards = shards.into_iter().map(|s| StoredShard { cordoned: s.cordoned || cordoned(&s.id), ..s }).collect();
+            StoredRangeMap { shards, ..c.clone() }
+        }
+        // Another topology: a new epoch, and nothing of the old one's plans.
+        Some(c) => StoredRangeMap { epoch: c.epoch + 1, cutover: 0, shards, moves: vec![], balancing: false },
+        None => StoredRangeMap { epoch: 1, cutover: 0, shards, moves: vec![], balancing: false },
+    }
 }
 
 /// Stores the map for `shards` (see [`next_map`]) by compare-and-swap, retrying when another
@@ -93,7 +108,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn shard(id: &str, url: &str, ranges: &[HashRange]) -> StoredShard {
-        StoredShard { id: id.into(), url: url.into(), ranges: ranges.to_vec() }
+        StoredShard { id: id.into(), url: url.into(), ranges: ranges.to_vec(), cordoned: false }
     }
 
     fn even(k: u32, port: u16) -> Vec<StoredShard> {
@@ -112,6 +127,12 @@ mod tests {
         assert_eq!(again.shards[0].url, "http://127.0.0.1:2000");
         // Four shards instead of two: a new epoch.
         assert_eq!(next_map(Some(&again), even(4, 1000)).epoch, 2);
+        // The same owners with one range cut in two: same epoch.
+        let mut cut = even(2, 1000);
+        let r = cut[0].ranges[0];
+        let mid = r.start() + ((r.end() - u128::from(r.start())) / 2) as u64;
+        cut[0].ranges = vec![HashRange::new(r.start(), u128::from(mid)).unwrap(), HashRange::new(mid, r.end()).unwrap()];
+        assert_eq!(next_map(Some(&again), cut).epoch, 1);
         // The same ranges under other names: a new epoch.
         let renamed: Vec<_> = even(2, 1000).into_iter().map(|mut s| { s.id.push('x'); s }).collect();
         assert_eq!(next_map(Some(&first), renamed).epoch, 2);

@@ -66,6 +66,11 @@ impl Shards {
     }
 
     /// The range-map epoch requests are routed under.
+    pub fn storage(&self) -> &Storage {
+        &self.storage
+    }
+
+    /// The range-map epoch this router routes by.
     pub fn epoch(&self) -> u64 {
         self.read().epoch()
     }
@@ -244,7 +249,7 @@ async fn describe(http: &reqwest::Client, url: &str) -> std::io::Result<(StoredS
                 let d: Described = resp.json().await.map_err(|e| std::io::Error::other(format!("shard {url} described itself unreadably: {e}")))?;
                 let ranges = d.ranges.iter().map(|r| r.parse()).collect::<Result<Vec<HashRange>, _>>().map_err(|e| std::io::Error::other(format!("shard {url}: {e}")))?;
                 let history = HistoryBound { events: d.history_events, window: Duration::from_secs(d.history_seconds) };
-                return Ok((StoredShard { id: d.id, url: url.to_owned(), ranges }, history));
+                return Ok((StoredShard { id: d.id, url: url.to_owned(), ranges, cordoned: false }, history));
             }
             Ok(resp) => return Err(std::io::Error::other(format!("shard {url} answered {} to /shardplane/v1/shard", resp.status()))),
             Err(e) if tokio::time::Instant::now() >= deadline => return Err(std::io::Error::other(format!("shard {url} is unreachable: {e}"))),

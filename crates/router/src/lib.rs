@@ -15,6 +15,7 @@ mod forward;
 mod hub;
 mod list;
 mod list_stream;
+mod membership;
 mod server;
 mod upstream;
 mod watch;

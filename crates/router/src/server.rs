@@ -54,10 +54,11 @@ pub async fn serve_shards(shards: Arc<Shards>, listen: SocketAddr, shutdown: Can
     // The router bounds what it fans out like a shard bounds what it serves (upstream defaults).
     let count = shards.urls().len();
     let front = Arc::new(Front { shards, limits: InflightLimits::new(400, 200), metrics: Metrics::new() });
-    let app = Router::new().fallback(dispatch).with_state(front);
+    let app = Router::new().fallback(dispatch).with_state(front.clone());
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
+    crate::membership::start(front.shards.clone(), format!("router-{}", listener.local_addr()?), shutdown.clone());
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 

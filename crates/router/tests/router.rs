@@ -232,7 +232,7 @@ async fn the_router_publishes_the_range_map_and_a_stale_router_refreshes_it_when
     let mut cfg = test_config(&c._etcd, RangeSet::full());
     cfg.id = "whole".into();
     let whole = TestShard::start_shard(cfg).await;
-    let next = shardplane_coordinator::map_store::publish(&storage, vec![shardplane_storage::range_map::StoredShard { id: "whole".into(), url: whole.url.clone(), ranges: vec![HashRange::FULL] }]).await.unwrap();
+    let next = shardplane_coordinator::map_store::publish(&storage, vec![shardplane_storage::range_map::StoredShard { id: "whole".into(), url: whole.url.clone(), ranges: vec![HashRange::FULL], cordoned: false }]).await.unwrap();
     assert_eq!(next.epoch, 2);
     let all = [&c.shards[0], &c.shards[1], &whole];
     wait_for(T, || async { futures::future::join_all(all.iter().map(|s| described(&s.url))).await.iter().all(|d| d["epoch"] == 2) }).await;

@@ -2,13 +2,14 @@
 //!
 //! Owns every conversation with etcd: create-if-absent, compare-and-swap updates and deletes on
 //! `mod_revision`, reads of one key, paged reads of a key range at one revision, range watches
-//! with previous values and in-band progress, the current revision, periodic compaction, and the
-//! stored range map ([`range_map`]).
+//! with previous values and in-band progress, the current revision, periodic compaction, the
+//! stored range map ([`range_map`]) and membership on leases ([`members`]).
 //!
 //! It must never interpret object bytes or know about HTTP: values go in and come out as bytes,
 //! and revisions are etcd's own. The key layout lives in `shardplane-keyspace`.
 
 mod compaction;
+pub mod members;
 pub mod range_map;
 mod watch;
 

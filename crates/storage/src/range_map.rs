@@ -23,6 +23,36 @@ pub struct StoredShard {
     /// The hash ranges it owns in this epoch (`0xLO-0xHI`).
     #[serde(with = "ranges_as_strings")]
     pub ranges: Vec<HashRange>,
+    /// Being drained (`shardctl drain`): its ranges move away and it is given none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cordoned: bool,
+}
+
+/// Where a move of a range stands (RFC 0006).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MovePhase {
+    /// `to` loads and follows the range; `from` still owns it.
+    Loading,
+    /// After the flip: `to` owns the range; `from` still serves it to routers that have not
+    /// switched yet.
+    Draining,
+}
+
+/// A range moving from one shard to another.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredMove {
+    #[serde(with = "range_as_string")]
+    pub range: HashRange,
+    pub from: String,
+    pub to: String,
+    pub phase: MovePhase,
+    /// The epoch the flip raised the map to (0 while loading).
+    #[serde(default)]
+    pub epoch: u64,
+    /// Reassigning a dead owner's range (cancelled if the owner comes back first).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reassign: bool,
 }
 
 /// The whole map as stored.
@@ -30,7 +60,19 @@ pub struct StoredShard {
 pub struct StoredRangeMap {
     /// Raised whenever a range changes owner; addresses may change within an epoch.
     pub epoch: u64,
+    /// The revision of the write that raised the map to this epoch: from it on, this epoch's
+    /// owners are the source of their ranges' events (RFC 0006). Writers leave it 0 when they
+    /// raise the epoch; reading fills it with the write's revision.
+    #[serde(default)]
+    pub cutover: u64,
     pub shards: Vec<StoredShard>,
+    /// Moves in flight.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub moves: Vec<StoredMove>,
+    /// Automatic rebalancing is moving ranges (it starts above 1.2× the mean load and stops at
+    /// 1.1×, RFC 0006).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub balancing: bool,
 }
 
 impl StoredRangeMap {
@@ -49,6 +91,19 @@ pub struct VersionedRangeMap {
     pub mod_revision: u64,
 }
 
+pub(crate) mod range_as_string {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use shardplane_keyspace::HashRange;
+
+    pub fn serialize<S: Serializer>(range: &HashRange, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&range.to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<HashRange, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 mod ranges_as_strings {
     use serde::{Deserialize, Deserializer, Serializer};
     use shardplane_keyspace::HashRange;
@@ -62,15 +117,21 @@ mod ranges_as_strings {
     }
 }
 
-fn decode(value: &[u8]) -> Result<StoredRangeMap> {
-    serde_json::from_slice(value).map_err(|e| StorageError::Etcd(format!("the stored range map is unreadable: {e}")))
+/// The stored map at `mod_revision`, with its cut-over filled in if the write that raised the
+/// epoch left it for the reader.
+fn decode(value: &[u8], mod_revision: u64) -> Result<StoredRangeMap> {
+    let mut map: StoredRangeMap = serde_json::from_slice(value).map_err(|e| StorageError::Etcd(format!("the stored range map is unreadable: {e}")))?;
+    if map.cutover == 0 {
+        map.cutover = mod_revision;
+    }
+    Ok(map)
 }
 
 impl Storage {
     /// The current range map, if one was ever written (a quorum read).
     pub async fn load_range_map(&self) -> Result<Option<VersionedRangeMap>> {
         let (kv, _) = self.get(RANGE_MAP_KEY).await?;
-        kv.map(|kv| Ok(VersionedRangeMap { map: decode(&kv.value)?, mod_revision: kv.mod_revision })).transpose()
+        kv.map(|kv| Ok(VersionedRangeMap { map: decode(&kv.value, kv.mod_revision)?, mod_revision: kv.mod_revision })).transpose()
     }
 
     /// Writes `map` if the stored one is still at `expected` (`None`: if none is stored).
@@ -82,6 +143,24 @@ impl Storage {
             None => self.create(RANGE_MAP_KEY, value).await,
             Some(rev) => self.update(RANGE_MAP_KEY, value, rev).await,
         }
+    }
+
+    /// Writes `map` as [`Storage::store_range_map`] does, but only while `leader_key` still
+    /// holds `leader` (one transaction): a coordinator that lost its leadership without noticing
+    /// cannot overwrite its successor's map. [`StorageError::Conflict`] otherwise.
+    pub async fn store_range_map_as_leader(&self, map: &StoredRangeMap, expected: Option<u64>, leader_key: &str, leader: &str) -> Result<u64> {
+        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+        let value = serde_json::to_vec(map).expect("range map serializes");
+        let map_cmp = match expected {
+            None => Compare::create_revision(RANGE_MAP_KEY, CompareOp::Equal, 0),
+            Some(rev) => Compare::mod_revision(RANGE_MAP_KEY, CompareOp::Equal, rev as i64),
+        };
+        let txn = Txn::new().when([map_cmp, Compare::value(leader_key, CompareOp::Equal, leader)]).and_then([TxnOp::put(RANGE_MAP_KEY, value, None)]);
+        let resp = self.client.kv_client().txn(txn).await?;
+        if !resp.succeeded() {
+            return Err(StorageError::Conflict { current: None });
+        }
+        Ok(resp.header().map_or(0, |h| h.revision() as u64))
     }
 
     /// Follows the range map: the receiver always holds the latest map read (`None` until one
@@ -106,7 +185,7 @@ impl Storage {
     async fn follow_once(&self, tx: &watch::Sender<Option<StoredRangeMap>>) -> Result<()> {
         let (kv, rev) = self.get(RANGE_MAP_KEY).await?;
         if let Some(kv) = kv {
-            tx.send_replace(Some(decode(&kv.value)?));
+            tx.send_replace(Some(decode(&kv.value, kv.mod_revision)?));
         }
         let mut end = RANGE_MAP_KEY.to_vec();
         end.push(0);
@@ -116,7 +195,7 @@ impl Storage {
                 item = w.next() => match item? {
                     Some(WatchItem::Events(events)) => {
                         if let Some(last) = events.iter().rev().find(|e| !e.deleted) {
-                            tx.send_replace(Some(decode(&last.kv.value)?));
+                            tx.send_replace(Some(decode(&last.kv.value, last.kv.mod_revision)?));
                         }
                     }
                     Some(WatchItem::Progress(_)) => {}

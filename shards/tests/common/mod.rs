@@ -139,6 +139,7 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         min_request_timeout: Duration::from_secs(1800),
         max_requests_inflight: 400,
         max_mutating_inflight: 200,
+        member_ttl: Duration::from_secs(10),
     }
 }
 

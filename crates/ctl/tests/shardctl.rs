@@ -1,0 +1,120 @@
+//! `shardctl` and the coordinator against real etcd, real shards and a real router (in-process,
+//! as the shard suite runs them): membership on leases, leader election, status, split and
+//! merge, clear refusals, and a dead shard's ranges reassigned, then given back when it returns.
+
+#[path = "../../../shards/tests/common/mod.rs"]
+mod common;
+
+use common::*;
+use serde_json::Value;
+use shardplane_keyspace::{HashRange, RangeSet};
+use shardplane_storage::members::{ShardMember, SHARDS_PREFIX};
+use shardplane_storage::Storage;
+use std::time::Duration;
+
+/// Runs the shardctl binary: (exit code, stdout, stderr).
+fn shardctl(etcd: &Etcd, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardctl")).args(["--etcd-endpoints", &etcd.endpoint]).args(args).output().expect("shardctl runs");
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn status(etcd: &Etcd) -> Value {
+    let (code, out, err) = shardctl(etcd, &["status", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).expect("status is JSON")
+}
+
+fn shard(etcd: &Etcd, id: &str, range: HashRange) -> shardplane_shard::ShardConfig {
+    shardplane_shard::ShardConfig { id: id.into(), member_ttl: Duration::from_secs(2), ..test_config(etcd, RangeSet::from_disjoint(vec![range]).unwrap()) }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shardctl_shows_members_and_the_coordinator_reassigns_a_dead_shards_ranges() {
+    let etcd = Etcd::start().await;
+    let [low, high] = [HashRange::split_even(2)[0], HashRange::split_even(2)[1]];
+    let s0 = TestShard::start_shard(shard(&etcd, "s0", low)).await;
+    let s1 = TestShard::start_shard(shard(&etcd, "s1", high)).await;
+    let router = TestShard::start_router(&[etcd.endpoint.clone()], vec![s0.url.clone(), s1.url.clone()], Duration::from_secs(1)).await;
+
+    // Both shards register, the router's coordinator leads, and status shows it all.
+    wait_for(Duration::from_secs(20), || async {
+        let s = status(&etcd);
+        s["leader"].as_str().is_some_and(|l| l.starts_with("router-")) && s["shards"].as_array().unwrap().iter().all(|s| s["health"] == "live" && s["objects"].as_u64().unwrap_or(0) > 0) && s["routers"].as_array().unwrap().len() == 1
+    })
+    .await;
+    let s = status(&etcd);
+    assert_eq!(s["epoch"], 1);
+    assert_eq!(s["shards"][0]["id"], "s0");
+    assert_eq!(s["shards"][0]["ranges"], serde_json::json!([low.to_string()]));
+    assert_eq!(s["shards"][1]["url"], s1.url.as_str());
+    let (code, table, _) = shardctl(&etcd, &["status"]);
+    assert_eq!(code, 0);
+    assert!(table.starts_with("EPOCH 1") && table.contains("s1      live ") && table.contains(&high.to_string()), "{table}");
+
+    // Split and merge change no owner: the epoch stays, and the router still serves.
+    let mid = format!("0x{:016x}", 1u64 << 62);
+    let (code, out, err) = shardctl(&etcd, &["split", &low.to_string(), "--at", &mid]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(epoch 1)"), "{out}");
+    assert_eq!(status(&etcd)["shards"][0]["ranges"].as_array().unwrap().len(), 2);
+    let (a, b) = (format!("0x0000000000000000-{mid}"), format!("{mid}-0x8000000000000000"));
+    let (code, _, err) = shardctl(&etcd, &["merge", &b, &a]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(status(&etcd)["shards"][0]["ranges"], serde_json::json!([low.to_string()]));
+    assert_eq!(router.get("/api/v1/namespaces").await.0, 200);
+
+    // Refusals say what is wrong, with exit code 1.
+    for (args, says) in [
+        (vec!["move", low.to_string().as_str(), "--to", "nobody"].iter().map(|s| s.to_string()).collect::<Vec<_>>(), "unknown shard \"nobody\""),
+        (vec!["move".into(), low.to_string(), "--to".into(), "s0".into()], "already belongs to shard \"s0\""),
+        (vec!["split".into(), low.to_string(), "--at".into(), "0x0000000000000000".into()], "strictly inside"),
+        (vec!["merge".into(), low.to_string(), high.to_string()], "cannot merge"),
+        (vec!["drain".into(), "nobody".into()], "unknown shard"),
+        (vec!["split".into(), "bogus".into(), "--at".into(), mid.clone()], "invalid hash range"),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, _, err) = shardctl(&etcd, &args);
+        assert_eq!(code, 1, "shardctl {args:?}");
+        assert!(err.starts_with("shardctl: error: ") && err.contains(says), "shardctl {args:?}: {err}");
+    }
+    let (code, out, _) = shardctl(&etcd, &["rebalance", "--dry-run"]);
+    assert_eq!((code, out.as_str()), (0, "balanced: no move would start\n"));
+
+    // s1 stops: its member key goes, and the coordinator asks s0 to load s1's range.
+    drop(s1);
+    wait_for(Duration::from_secs(20), || async {
+        let s = status(&etcd);
+        s["shards"][1]["health"] == "dead" && s["moves"] == serde_json::json!([{"range": high.to_string(), "from": "s1", "to": "s0", "phase": "loading"}])
+    })
+    .await;
+    // s1 comes back (same id, same range): the reassignment is no longer needed and is cancelled;
+    // the owner never changed, so neither did the epoch.
+    let s1 = TestShard::start_shard(shard(&etcd, "s1", high)).await;
+    wait_for(Duration::from_secs(20), || async {
+        let s = status(&etcd);
+        s["shards"][1]["health"] == "live" && s["moves"] == serde_json::json!([])
+    })
+    .await;
+    assert_eq!(status(&etcd)["epoch"], 1);
+    assert_eq!(status(&etcd)["shards"][1]["url"], s1.url.as_str());
+    drop(router);
+}
+
+/// A member that stops renewing its lease (as a killed process does) disappears within the TTL.
+#[tokio::test]
+async fn a_member_that_stops_renewing_disappears_within_its_ttl() {
+    let etcd = Etcd::start().await;
+    let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
+    let member = ShardMember { id: "gone".into(), url: "http://127.0.0.1:1".into(), capacity_bytes: 0, loaded: vec![] };
+    let (_tx, rx) = tokio::sync::watch::channel(serde_json::to_vec(&member).unwrap());
+    let task = storage.register(format!("{SHARDS_PREFIX}gone"), rx, Duration::from_secs(2), tokio_util::sync::CancellationToken::new());
+    wait_for(Duration::from_secs(10), || async { storage.members().await.unwrap().shards == vec![member.clone()] }).await;
+    // Renewed: still there after more than a TTL.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(storage.members().await.unwrap().shards.len(), 1);
+    // Killed (no revoke): gone once the lease runs out.
+    task.abort();
+    let stopped = std::time::Instant::now();
+    wait_for(Duration::from_secs(10), || async { storage.members().await.unwrap().shards.is_empty() }).await;
+    assert!(stopped.elapsed() <= Duration::from_secs(4), "took {:?}", stopped.elapsed());
+}
