@@ -130,9 +130,10 @@ fn dry_run(query: &str) -> Result<bool, ApiError> {
     }
 }
 
-/// Builds the cache filter for a LIST or WATCH.
-pub fn filter(t: &Target, o: &ListOptions) -> Filter {
-    Filter { namespace: t.namespace.clone(), labels: o.label_selector.clone(), fields: o.field_selector.clone(), shard: o.shard_selector.clone() }
+/// Builds the cache filter for a LIST or WATCH: the client's selectors, and while the shard
+/// holds a range it does not own (loading or draining one, RFC 0006), only what it owns.
+pub fn filter(shard: &Shard, t: &Target, o: &ListOptions) -> Filter {
+    Filter { namespace: t.namespace.clone(), labels: o.label_selector.clone(), fields: o.field_selector.clone(), shard: o.shard_selector.clone(), owned: shard.owned_filter(&t.info) }
 }
 
 /// GET of one object, from the cache (RV unset: after a consistent read, as fresh as etcd).
@@ -178,7 +179,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
         }
     };
     let after = o.continue_token.as_ref().map(|c| format!("{}\0{}", c.after.0, c.after.1));
-    let f = filter(t, o);
+    let f = filter(shard, t, o);
     let continuing = o.continue_token.is_some();
     // A continue token's revision must still be in etcd, as upstream reads continued pages from
     // etcd: once compacted away, the token is expired even if the cache still has the revision.
@@ -581,7 +582,7 @@ pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, q
     let cache = &shard.served(&t.info).cache;
     let rev = shard.storage.current_revision().await.map_err(storage_err)?;
     cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
-    let page = cache.list(None, &filter(t, &o), None, None, false).map_err(|e| cache_err(e, false))?;
+    let page = cache.list(None, &filter(shard, t, &o), None, None, false).map_err(|e| cache_err(e, false))?;
     let mut deleted = Vec::new();
     for item in &page.items {
         let it = Target { namespace: Some(item.namespace().to_owned()).filter(|_| t.info.namespaced), name: Some(item.name().to_owned()), subresource: None, info: t.info.clone() };

@@ -3,6 +3,7 @@
 //! alive, where it is, and how much it holds.
 
 use crate::shard::Shard;
+use shardplane_keyspace::HashRange;
 use shardplane_storage::members::{LoadedRange, ShardMember, SHARDS_PREFIX};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,16 +22,20 @@ pub fn describe(shard: &Shard, url: &str) -> ShardMember {
         bytes += stats.bytes as u64;
         since = since.max(cache.oldest());
     }
-    let ranges = shard.ranges.ranges();
-    let total: f64 = ranges.iter().map(|r| (r.end() - u128::from(r.start())) as f64).sum();
+    // Ranges taken over while running are held from their load; the rest since the caches loaded.
+    let adopted: Vec<(HashRange, u64)> = shard.adopted();
+    let held = shard.ranges();
+    let rest = adopted.iter().fold(held.clone(), |set, (r, _)| set.without(*r));
+    let pieces: Vec<(HashRange, u64)> = rest.ranges().iter().map(|r| (*r, since)).chain(adopted.into_iter().filter(|(r, _)| held.covers(r))).collect();
+    let total: f64 = pieces.iter().map(|(r, _)| (r.end() - u128::from(r.start())) as f64).sum();
     let loaded = if !ready {
         vec![]
     } else {
-        ranges
+        pieces
             .iter()
-            .map(|r| {
+            .map(|(r, revision)| {
                 let share = (r.end() - u128::from(r.start())) as f64 / total;
-                LoadedRange { range: *r, revision: since, objects: (objects as f64 * share) as u64, cache_bytes: (bytes as f64 * share) as u64 }
+                LoadedRange { range: *r, revision: *revision, objects: (objects as f64 * share) as u64, cache_bytes: (bytes as f64 * share) as u64 }
             })
             .collect()
     };

@@ -215,7 +215,7 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
     }
     if get && segs.as_slice() == ["shardplane", "v1", "shard"] {
         // Who this shard is and what it caches: a router builds the range map from these.
-        let ranges: Vec<String> = shard.ranges.ranges().iter().map(|r| r.to_string()).collect();
+        let ranges: Vec<String> = shard.ranges().ranges().iter().map(|r| r.to_string()).collect();
         let history = &shard.cache_config;
         return json_ok(serde_json::json!({
             "id": shard.id, "ranges": ranges, "epoch": shard.epoch(),

@@ -12,11 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// One served resource: its facts, codec and cache.
+/// One served resource: its facts, codec and cache, and the reflector that fills it.
 pub struct Served {
     pub info: Arc<ResourceInfo>,
     pub codec: ObjectCodec,
     pub cache: Arc<WatchCache>,
+    /// Asks the reflector to take over or let go of a range.
+    commands: tokio::sync::mpsc::Sender<reflector::Command>,
 }
 
 /// This shard's reading of the stored range map.
@@ -41,8 +43,13 @@ pub const LIST_FRAMING_HEADER: &str = "shardplane-list-framing";
 pub struct Shard {
     pub id: String,
     pub storage: Storage,
-    /// The ranges this shard's caches hold (`--range`).
-    pub ranges: RangeSet,
+    /// The ranges every cache of this shard holds: `--range` at start, then as the range map's
+    /// moves ask (RFC 0006).
+    ranges: std::sync::RwLock<RangeSet>,
+    /// Revision from which each range taken over while running is held (for the member key).
+    adopted: std::sync::Mutex<Vec<(HashRange, u64)>>,
+    /// One range change at a time.
+    changing: tokio::sync::Mutex<()>,
     /// What the stored range map says about this shard (followed from etcd).
     map: std::sync::RwLock<MapView>,
     pub resources: Vec<Arc<ResourceInfo>>,
@@ -65,14 +72,17 @@ impl Shard {
         for info in &resources {
             let codec = ObjectCodec::new(info.clone());
             let c = Arc::new(WatchCache::new(cache.clone()));
-            served.insert((info.group, info.plural), Served { info: info.clone(), codec: codec.clone(), cache: c.clone() });
-            let range = Self::key_range(info, &ranges);
-            tokio::spawn(reflector::run(storage.clone(), c, codec, range, shutdown.clone()));
+            let (commands, rx) = tokio::sync::mpsc::channel(4);
+            served.insert((info.group, info.plural), Served { info: info.clone(), codec: codec.clone(), cache: c.clone(), commands });
+            let range = KeyRange::new(info.group, info.plural, ranges.clone());
+            tokio::spawn(reflector::run(storage.clone(), c, codec, range, rx, shutdown.clone()));
         }
         let shard = Arc::new(Self {
             id,
             storage,
-            ranges,
+            ranges: std::sync::RwLock::new(ranges),
+            adopted: std::sync::Mutex::new(Vec::new()),
+            changing: tokio::sync::Mutex::new(()),
             map: std::sync::RwLock::new(MapView::default()),
             resources,
             served,
@@ -98,8 +108,9 @@ impl Shard {
             return;
         }
         if view.epoch != map.epoch {
-            if assigned.ranges().iter().any(|r| !self.ranges.covers(r)) {
-                tracing::info!(shard = %self.id, epoch = map.epoch, %assigned, cached = %self.ranges, "the stored range map gives this shard ranges it does not cache; it refuses their keys until a map matching its ranges is published");
+            let cached = self.ranges();
+            if assigned.ranges().iter().any(|r| !cached.covers(r)) {
+                tracing::info!(shard = %self.id, epoch = map.epoch, %assigned, %cached, "the stored range map gives this shard ranges it does not cache yet; it refuses their keys until it has loaded them");
             }
             tracing::info!(shard = %self.id, epoch = map.epoch, %assigned, "range map epoch");
         }
@@ -130,17 +141,63 @@ impl Shard {
 
     /// Whether this shard owns `hash` now: it caches it and the map (if any) gives it to it.
     pub fn owns(&self, hash: u64) -> bool {
-        self.ranges.contains(hash) && self.map.read().unwrap_or_else(|p| p.into_inner()).assigned.as_ref().is_none_or(|a| a.contains(hash))
+        self.ranges.read().unwrap_or_else(|p| p.into_inner()).contains(hash) && self.map.read().unwrap_or_else(|p| p.into_inner()).assigned.as_ref().is_none_or(|a| a.contains(hash))
     }
 
-    /// The etcd key range of `info` the shard follows: the hull of its ranges (one watch stream;
-    /// keys of a gap between ranges are dropped by the ownership filter).
-    fn key_range(info: &ResourceInfo, ranges: &RangeSet) -> KeyRange {
-        let rs = ranges.ranges();
-        let hull = HashRange::new(rs.first().map_or(0, |r| r.start()), rs.last().map_or(0, |r| r.end())).unwrap_or(HashRange::FULL);
-        let (start, end) = etcd_layout::range_keys(info.group, info.plural, hull);
-        let owned = ranges.clone();
-        KeyRange { start, end, owns: Some(Arc::new(move |h| owned.contains(h))) }
+    /// The filter that keeps LISTs and new watches to what the map gives this shard (None while
+    /// no map is stored, or it gives the shard everything). Needed whenever the caches hold, or
+    /// once held, other hashes: a range being loaded or drained (RFC 0006), and the events a
+    /// released range left in the history.
+    pub fn owned_filter(&self, info: &ResourceInfo) -> Option<shardplane_watchcache::Owned> {
+        let assigned = self.map.read().unwrap_or_else(|p| p.into_inner()).assigned.clone()?;
+        (!assigned.is_full()).then(|| shardplane_watchcache::Owned { group: info.group, plural: info.plural, ranges: assigned })
+    }
+
+    /// The ranges every cache holds.
+    pub fn ranges(&self) -> RangeSet {
+        self.ranges.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The ranges taken over while running, with the revision each is held from.
+    pub fn adopted(&self) -> Vec<(HashRange, u64)> {
+        self.adopted.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Takes over `r` in every cache (RFC 0006, step 2): each loads it at its synced revision and
+    /// follows it from there. Returns the revision from which every cache holds it. The shard
+    /// serves none of its keys until the map gives it the range.
+    pub async fn adopt(&self, r: HashRange) -> Result<u64, ApiError> {
+        let _one = self.changing.lock().await;
+        if self.ranges().covers(&r) {
+            return Ok(self.adopted().iter().find(|(a, _)| *a == r).map_or(0, |(_, at)| *at));
+        }
+        let mut at = 0;
+        for s in self.served.values() {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let unavailable = || ApiError::unavailable(format!("the {} cache stopped", s.info.plural));
+            s.commands.send(reflector::Command::Adopt(r, tx)).await.map_err(|_| unavailable())?;
+            at = at.max(rx.await.map_err(|_| unavailable())?.map_err(|e| ApiError::unavailable(format!("loading {r}: {e}")))?);
+        }
+        *self.ranges.write().unwrap_or_else(|p| p.into_inner()) = self.ranges().with(r);
+        self.adopted.lock().unwrap_or_else(|p| p.into_inner()).push((r, at));
+        tracing::info!(shard = %self.id, range = %r, revision = at, "range loaded");
+        Ok(at)
+    }
+
+    /// Lets `r` go from every cache (RFC 0006, step 5): its keys are refused from now on and its
+    /// objects dropped, without events (they moved, they did not change).
+    pub async fn release(&self, r: HashRange) {
+        let _one = self.changing.lock().await;
+        *self.ranges.write().unwrap_or_else(|p| p.into_inner()) = self.ranges().without(r);
+        self.adopted.lock().unwrap_or_else(|p| p.into_inner()).retain(|(a, _)| *a != r);
+        let mut gone = 0;
+        for s in self.served.values() {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            if s.commands.send(reflector::Command::Release(r, tx)).await.is_ok() {
+                gone += rx.await.unwrap_or(0);
+            }
+        }
+        tracing::info!(shard = %self.id, range = %r, objects = gone, "range released");
     }
 
     /// The served resource for (group, plural).
@@ -164,7 +221,7 @@ impl Shard {
         let h = key.hash();
         if !self.owns(h) {
             let view = self.map.read().unwrap_or_else(|p| p.into_inner()).clone();
-            let ranges = view.assigned.unwrap_or_else(|| self.ranges.clone());
+            let ranges = view.assigned.unwrap_or_else(|| self.ranges());
             return Err(ApiError::not_owned(&key.to_string(), h, &ranges.to_string(), view.epoch));
         }
         Ok(etcd_layout::object_key(&key).into_bytes())
@@ -176,17 +233,49 @@ impl Shard {
     }
 }
 
-/// Keeps the shard's view of the range map current until the shard shuts down.
+/// Keeps the shard's view of the range map current until the shard shuts down, and what its
+/// caches hold in line with it (RFC 0006): it loads the ranges a move is bringing to it and
+/// the ones the map gives it, and lets go of those it neither owns nor drains. Looks again every
+/// few seconds, so a load that failed (etcd unreachable) is retried.
 async fn follow_range_map(shard: Arc<Shard>) {
     let mut rx = shard.storage.follow_range_map();
+    let mut again = tokio::time::interval(Duration::from_secs(5));
     loop {
         let map = rx.borrow_and_update().clone();
         if let Some(m) = map {
             shard.apply_map(&m);
+            if shard.ready() {
+                reconcile(&shard, &m).await;
+            }
         }
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { return },
+            _ = again.tick() => {}
             _ = shard.shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// Loads what `map` wants this shard to hold and lets go of the rest.
+async fn reconcile(shard: &Shard, map: &StoredRangeMap) {
+    use shardplane_storage::range_map::MovePhase;
+    let owned = map.ranges_of(&shard.id);
+    let incoming: Vec<HashRange> = map.moves.iter().filter(|m| m.to == shard.id && m.phase == MovePhase::Loading).map(|m| m.range).collect();
+    let draining: Vec<HashRange> = map.moves.iter().filter(|m| m.from == shard.id && m.phase == MovePhase::Draining).map(|m| m.range).collect();
+    let wanted = incoming.iter().chain(&draining).fold(owned.clone(), |set, r| set.with(*r));
+    for r in owned.ranges().iter().chain(&incoming) {
+        if !shard.ranges().covers(r) {
+            if let Err(e) = shard.adopt(*r).await {
+                tracing::warn!(shard = %shard.id, range = %r, error = %e.message, "could not load a range; will try again");
+            }
+        }
+    }
+    let held = shard.ranges();
+    for r in held.ranges() {
+        // What is held outside the wanted set, piece by piece.
+        let extra = wanted.ranges().iter().fold(RangeSet::from_disjoint(vec![*r]).expect("one range"), |left, w| left.without(*w));
+        for gone in extra.ranges() {
+            shard.release(*gone).await;
         }
     }
 }

@@ -41,7 +41,7 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
 pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> Result<Response<Body>, ApiError> {
     let info = t.info.clone();
     let cache = shard.served(&info).cache.clone();
-    let f = filter(&t, &o);
+    let f = filter(&shard, &t, &o);
     let start = o.watch_start();
     let (tx, rx) = mpsc::channel::<Bytes>(CONNECTION_BUFFER);
     let opened: Result<Watcher, ApiError> = async {

@@ -118,3 +118,149 @@ async fn a_member_that_stops_renewing_disappears_within_its_ttl() {
     wait_for(Duration::from_secs(10), || async { storage.members().await.unwrap().shards.is_empty() }).await;
     assert!(stopped.elapsed() <= Duration::from_secs(4), "took {:?}", stopped.elapsed());
 }
+
+/// What a resuming watcher saw: (type, name, rv) of each change, whether it ever got 410, and
+/// how many times its watch ended and was resumed.
+#[derive(Default)]
+struct Seen {
+    changes: Vec<(String, String, u64)>,
+    expired: bool,
+    resumes: usize,
+}
+
+/// Watches ConfigMaps in `demo` through `router` from `rv` as client-go does: on a clean end it
+/// resumes from the last RV it saw (event or bookmark); on 410 it relists. Until `stop`.
+async fn resuming_watcher(router: String, mut rv: u64, seen: std::sync::Arc<std::sync::Mutex<Seen>>, stop: tokio_util::sync::CancellationToken) {
+    while !stop.is_cancelled() {
+        let resp = client().get(format!("{router}/api/v1/namespaces/demo/configmaps?watch=1&allowWatchBookmarks=true&resourceVersion={rv}")).send().await.unwrap();
+        let mut reader = WatchReader::from_response(resp);
+        loop {
+            let next = tokio::select! {
+                n = reader.next(Duration::from_secs(3600)) => n,
+                _ = stop.cancelled() => return,
+            };
+            let Some(e) = next else { break };
+            let erv: u64 = e["object"]["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
+            match e["type"].as_str().unwrap() {
+                "BOOKMARK" => rv = rv.max(erv),
+                "ERROR" => {
+                    assert_eq!(e["object"]["code"], 410, "{e}");
+                    let (_, list) = TestShard::attach(router.clone(), "127.0.0.1:1".parse().unwrap()).get("/api/v1/namespaces/demo/configmaps").await;
+                    rv = list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+                    seen.lock().unwrap().expired = true;
+                    break;
+                }
+                kind => {
+                    assert!(erv > rv, "{kind} at RV {erv} after RV {rv}: out of order or repeated");
+                    rv = erv;
+                    seen.lock().unwrap().changes.push((kind.to_owned(), e["object"]["metadata"]["name"].as_str().unwrap().to_owned(), erv));
+                }
+            }
+        }
+        seen.lock().unwrap().resumes += 1;
+    }
+}
+
+/// A live move (RFC 0006): a new shard takes a range while writes and a watch go on through the
+/// router, the old owner lets it go, and a drained shard empties; LIST, GET and create stay
+/// whole throughout, and the watch sees every create once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_range_moves_to_a_new_shard_and_a_drained_shard_empties_while_the_router_serves() {
+    let etcd = Etcd::start().await;
+    let [low, high] = [HashRange::split_even(2)[0], HashRange::split_even(2)[1]];
+    let s0 = TestShard::start_shard(shard(&etcd, "s0", low)).await;
+    let s1 = TestShard::start_shard(shard(&etcd, "s1", high)).await;
+    let router = TestShard::start_router(&[etcd.endpoint.clone()], vec![s0.url.clone(), s1.url.clone()], Duration::from_secs(1)).await;
+    router.namespace("demo").await;
+    for i in 0..60 {
+        assert_eq!(router.post("/api/v1/namespaces/demo/configmaps", &configmap(&format!("before-{i}"), serde_json::json!({}))).await.0, 201);
+    }
+    // A third shard with no ranges joins.
+    let s2 = TestShard::start_shard(shardplane_shard::ShardConfig { ranges: RangeSet::default(), ..shard(&etcd, "s2", high) }).await;
+    wait_for(Duration::from_secs(20), || async { status(&etcd)["shards"].as_array().unwrap().iter().any(|s| s["id"] == "s2" && s["health"] == "live") }).await;
+
+    // A watcher and a writer run through the router for the whole test.
+    let (_, list) = router.get("/api/v1/namespaces/demo/configmaps").await;
+    let start: u64 = list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Seen::default()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watcher = tokio::spawn(resuming_watcher(router.url.clone(), start, seen.clone(), stop.clone()));
+    let writing = tokio_util::sync::CancellationToken::new();
+    let writer = {
+        let (url, writing) = (router.url.clone(), writing.clone());
+        tokio::spawn(async move {
+            let r = TestShard::attach(url, "127.0.0.1:1".parse().unwrap());
+            let mut n = 0;
+            while !writing.is_cancelled() {
+                let (code, body) = r.post("/api/v1/namespaces/demo/configmaps", &configmap(&format!("during-{n}"), serde_json::json!({}))).await;
+                assert_eq!(code, 201, "create during the move: {body}");
+                n += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            n
+        })
+    };
+
+    // Move the upper half to s2 and wait for it to finish.
+    let (code, out, err) = tokio::task::spawn_blocking({
+        let endpoint = etcd.endpoint.clone();
+        move || {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardctl")).args(["--etcd-endpoints", &endpoint, "move", &high.to_string(), "--to", "s2", "--wait", "--timeout", "60"]).output().unwrap();
+            (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 0, "{out}{err}");
+    let s = status(&etcd);
+    assert_eq!(s["epoch"], 2, "{s}");
+    assert_eq!(s["moves"], serde_json::json!([]));
+    let owner = |s: &Value, id: &str| s["shards"].as_array().unwrap().iter().find(|x| x["id"] == id).map(|x| x["ranges"].clone());
+    assert_eq!(owner(&s, "s2"), Some(serde_json::json!([high.to_string()])));
+    // s1 lets go of what it no longer owns.
+    wait_for(Duration::from_secs(20), || async { owner(&status(&etcd), "s1").is_none_or(|r| r == serde_json::json!([])) && status(&etcd)["shards"].as_array().unwrap().iter().all(|x| x["id"] != "s1" || x["objects"] == 0) }).await;
+
+    // Drain s0: its half goes to the least loaded shard (s1, empty).
+    let (code, _, err) = shardctl(&etcd, &["drain", "s0"]);
+    assert_eq!(code, 0, "{err}");
+    wait_for(Duration::from_secs(60), || async {
+        let s = status(&etcd);
+        s["moves"] == serde_json::json!([]) && owner(&s, "s0").is_none_or(|r| r == serde_json::json!([]))
+    })
+    .await;
+    assert_eq!(status(&etcd)["epoch"], 3);
+    writing.cancel();
+    let during = writer.await.unwrap();
+    assert!(during > 0);
+
+    // Everything is there, through the router, on its new owners.
+    let (_, list) = router.get("/api/v1/namespaces/demo/configmaps").await;
+    let mut names: Vec<String> = list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect();
+    names.sort();
+    let mut want: Vec<String> = (0..60).map(|i| format!("before-{i}")).chain((0..during).map(|i| format!("during-{i}"))).collect();
+    want.sort();
+    assert_eq!(names, want);
+    for name in ["before-0", "before-59", "during-0"] {
+        assert_eq!(router.get(&format!("/api/v1/namespaces/demo/configmaps/{name}")).await.0, 200, "{name}");
+    }
+    assert_eq!(router.post("/api/v1/namespaces/demo/configmaps", &configmap("after", serde_json::json!({}))).await.0, 201);
+
+    // The watch saw each create exactly once, in order, across the epoch changes it resumed over.
+    wait_for(Duration::from_secs(30), || async { seen.lock().unwrap().changes.iter().any(|c| c.1 == "after") }).await;
+    stop.cancel();
+    let _ = watcher.await;
+    let seen = seen.lock().unwrap();
+    assert!(seen.resumes >= 2, "the watch should have ended at each of the two epoch changes, ended {} times", seen.resumes);
+    let mut added: Vec<&str> = seen.changes.iter().filter(|c| c.0 == "ADDED").map(|c| c.1.as_str()).collect();
+    let total = added.len();
+    added.sort();
+    added.dedup();
+    assert_eq!(added.len(), total, "an event was delivered twice");
+    if !seen.expired {
+        let wanted: Vec<String> = (0..during).map(|i| format!("during-{i}")).chain(["after".to_owned()]).collect();
+        let mut wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+        wanted.sort();
+        assert_eq!(added, wanted, "the watch missed creates");
+    }
+    drop((s0, s1, s2, router));
+}

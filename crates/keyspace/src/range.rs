@@ -156,6 +156,31 @@ impl RangeSet {
     pub fn is_full(&self) -> bool {
         self.ranges == [HashRange::FULL]
     }
+
+    /// The set with every hash of `r` added.
+    pub fn with(&self, r: HashRange) -> Self {
+        let mut ranges: Vec<HashRange> = self.without(r).ranges;
+        ranges.push(r);
+        Self::from_disjoint(ranges).expect("r was taken out first, so nothing overlaps it")
+    }
+
+    /// The set with every hash of `r` taken out (a range it cuts keeps its parts outside `r`).
+    pub fn without(&self, r: HashRange) -> Self {
+        let mut out = Vec::with_capacity(self.ranges.len() + 1);
+        for x in &self.ranges {
+            if x.end <= r.start as u128 || r.end <= x.start as u128 {
+                out.push(*x);
+                continue;
+            }
+            if x.start < r.start {
+                out.push(HashRange { start: x.start, end: r.start as u128 });
+            }
+            if r.end < x.end {
+                out.push(HashRange { start: r.end as u64, end: x.end });
+            }
+        }
+        Self { ranges: out }
+    }
 }
 
 impl fmt::Display for RangeSet {
@@ -219,6 +244,26 @@ mod tests {
                 let both = chosen.contains(&w[0]) && chosen.contains(&w[1]);
                 prop_assert_eq!(set.covers(&span), both, "span {} of pieces {} and {}", span, i, i + 1);
                 prop_assert_eq!(set.covers(&w[0]), chosen.contains(&w[0]));
+            }
+        }
+
+        /// Adding and taking out ranges agrees with a model of which hashes are in the set.
+        #[test]
+        fn with_and_without_match_membership(ops in proptest::collection::vec((any::<bool>(), any::<u64>(), any::<u64>()), 0..12), probes in proptest::collection::vec(any::<u64>(), 16)) {
+            let mut set = RangeSet::default();
+            let mut applied: Vec<(bool, HashRange)> = Vec::new();
+            for (add, a, b) in ops {
+                let (lo, hi) = if a < b { (a, b as u128) } else if a > b { (b, a as u128) } else { (a, HASH_SPACE_END) };
+                let r = HashRange::new(lo, hi).unwrap();
+                set = if add { set.with(r) } else { set.without(r) };
+                applied.push((add, r));
+                // Still sorted, disjoint and merged: rebuilding it changes nothing.
+                prop_assert_eq!(&RangeSet::from_disjoint(set.ranges().to_vec()).unwrap(), &set);
+            }
+            let probes = probes.into_iter().chain(applied.iter().flat_map(|(_, r)| [r.start(), r.start().wrapping_sub(1), (r.end() - 1) as u64, r.end() as u64]));
+            for h in probes {
+                let model = applied.iter().rev().find(|(_, r)| r.contains(h)).is_some_and(|(add, _)| *add);
+                prop_assert_eq!(set.contains(h), model, "hash {:#x}", h);
             }
         }
 

@@ -27,6 +27,9 @@ pub struct Shards {
     pub bookmark_interval: std::time::Duration,
     /// Merged watch upstreams shared by client watches.
     pub hubs: Arc<crate::hub::Hubs>,
+    /// The epoch routed by, for client watches to notice a change (RFC 0006: they end and
+    /// resume under the new map).
+    epochs: tokio::sync::watch::Sender<u64>,
 }
 
 /// Request headers worth passing to a shard.
@@ -58,6 +61,7 @@ impl Shards {
             resources: shardplane_apimachinery::resources::builtin_resources().into_iter().map(Arc::new).collect(),
             bookmark_interval,
             hubs: Arc::new(crate::hub::Hubs::new(history)),
+            epochs: tokio::sync::watch::channel(stored.epoch).0,
         }))
     }
 
@@ -65,7 +69,7 @@ impl Shards {
         self.table.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The range-map epoch requests are routed under.
+    /// The etcd the map is read from.
     pub fn storage(&self) -> &Storage {
         &self.storage
     }
@@ -102,8 +106,21 @@ impl Shards {
             return false;
         }
         tracing::info!(from = current.epoch(), to = table.epoch(), "range map refreshed");
+        let (before, after) = (current.epoch(), table.epoch());
         *current = table;
+        drop(current);
+        if after != before {
+            // Ranges moved: every merged watch ends (cleanly, at its mark) and its client
+            // resumes under the new map; no hub takes new clients on the old one.
+            self.hubs.end_all();
+            self.epochs.send_replace(after);
+        }
         true
+    }
+
+    /// Follows the epoch routed by.
+    pub fn epoch_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.epochs.subscribe()
     }
 
     /// Reads the stored map again; true if it differs from the one in use.

@@ -16,7 +16,8 @@
 //! - a hub with no clients for [`LINGER`] closes its shard streams.
 //!
 //! When the upstream ends (a shard broke, or sent an ERROR, passed on to every client) the hub
-//! ends and every client's watch ends cleanly after the last event it was sent.
+//! ends and every client's watch ends cleanly after the last event it was sent. So do all hubs
+//! when the range map's epoch changes (RFC 0006): their shard streams belong to the old map.
 
 use crate::forward::{HistoryBound, Shards};
 use crate::upstream::{self, Merged, UpstreamSpec};
@@ -217,6 +218,16 @@ impl Hubs {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Ends every hub (each client's watch ends cleanly after the last event it was sent) and
+    /// forgets them, so the next client starts a hub on the current map.
+    pub fn end_all(&self) {
+        let mut map = self.lock();
+        for hub in map.values() {
+            hub.end();
+        }
+        map.clear();
+    }
+
     /// `Some(Some(sub))`: joined the live hub for `key`; `Some(None)`: a live hub exists but its
     /// ring does not reach back to `after`; `None`: no live hub.
     fn join(&self, key: &str, after: u64) -> Option<Option<Subscription>> {
@@ -249,10 +260,16 @@ impl Hubs {
                 },
                 _ = check.tick() => {
                     hub.evict();
+                    if hub.lock().tx.is_none() {
+                        // Ended from outside (the range map changed).
+                        break;
+                    }
                     // Decided under the map's lock: no client can be joining meanwhile.
                     let mut map = self.lock();
                     if hub.idle() {
-                        map.remove(&key);
+                        if map.get(&key).is_some_and(|h| Arc::ptr_eq(h, &hub)) {
+                            map.remove(&key);
+                        }
                         hub.end();
                         tracing::debug!(%key, "watch hub closed: no clients");
                         return;

@@ -1,8 +1,11 @@
-//! The router's part in membership and rebalancing (RFC 0006): its member key, which says the
-//! epoch it routes by, and the coordinator service, which every router runs and one leads.
+//! The router's part in membership and rebalancing (RFC 0006): it follows the stored map (every
+//! second, besides refreshing on refusals), its member key says the epoch it has switched to,
+//! and every router runs the coordinator service, one of them leading.
 //!
-//! Not yet: open watches do not move between shards when the map changes, so the epoch in the
-//! member key is the one new requests are routed by.
+//! Switching is, for now, the simple form: at an epoch change every merged watch ends cleanly
+//! (after a bookmark at its mark) and its client resumes under the new map, so the epoch is
+//! reported once the old watches have been told to end. Moving open watches without ending them
+//! (RFC 0006, step 4) is not built yet.
 
 use crate::forward::Shards;
 use shardplane_coordinator::rebalance::Config;
@@ -33,6 +36,9 @@ pub fn start(shards: Arc<Shards>, id: String, stop: CancellationToken) {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = stop.cancelled() => return,
+            }
+            if let Err(e) = shards.refresh().await {
+                tracing::debug!(error = %e.message, "reading the range map failed; trying again");
             }
             let now = member(&shards);
             tx.send_if_modified(|v| {

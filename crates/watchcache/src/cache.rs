@@ -214,6 +214,46 @@ impl WatchCache {
         self.synced_tx.send_replace(rv);
     }
 
+    /// Takes over `objects`, the state at `rv` of keys this cache did not hold (a range its shard
+    /// takes over, RFC 0006), without events: they did not change, they moved. `rv` must be the
+    /// synced revision, so the cache stays one snapshot; the caller follows the new keys' changes
+    /// from `rv` on. History restarts at `rv`: the cache cannot say what the new keys were
+    /// before, so older LISTs and watches get 410 (open watchers go on, they are past it).
+    /// Returns false (and changes nothing) if the cache has moved past `rv`.
+    pub fn adopt(&self, objects: Vec<CachedObject>, rv: u64) -> bool {
+        let mut g = self.write();
+        if rv != g.synced || !g.ready {
+            return false;
+        }
+        for o in objects {
+            g.bytes += o.bytes.len();
+            if let Some(old) = g.objects.insert(o.key.clone(), Arc::new(o)) {
+                g.bytes -= old.bytes.len();
+            }
+        }
+        g.history.clear();
+        g.history_start = rv;
+        true
+    }
+
+    /// Lets go, without events, of the objects `leaving` selects (a range its shard handed to
+    /// another, RFC 0006); their past events stay in the history. Open watchers are ended: they
+    /// may follow the keys that left, which they would no longer hear of (they resume, and
+    /// their shard then shows them only what it owns). Returns how many objects left.
+    pub fn release(&self, leaving: impl Fn(&CachedObject) -> bool) -> usize {
+        let mut g = self.write();
+        let gone: Vec<Box<str>> = g.objects.iter().filter(|(_, o)| leaving(o)).map(|(k, _)| k.clone()).collect();
+        for k in &gone {
+            if let Some(o) = g.objects.remove(k) {
+                g.bytes -= o.bytes.len();
+            }
+        }
+        let closed = g.watchers.len() as u64;
+        g.terminated_watchers += closed;
+        g.watchers.clear();
+        gone.len()
+    }
+
     /// Applies a put (`deleted = false`) or a delete of `object` at `object.rv`.
     pub fn apply(&self, object: CachedObject, deleted: bool) {
         let rv = object.rv;

@@ -198,3 +198,32 @@ proptest! {
     }
 }
 
+
+/// A range taken over joins the cache as the state at the synced revision, without events;
+/// older revisions are then refused (the cache cannot say what the new keys were), and letting a
+/// range go drops its objects without events and ends open watchers.
+#[test]
+fn adopt_and_release_move_objects_without_events() {
+    let cache = WatchCache::new(CacheConfig::default());
+    cache.replace(vec![obj("ns", "mine", "red", 5)], 10);
+    cache.apply(obj("ns", "mine", "blue", 11), false);
+    let mut w = cache.watch(Some(11), Filter::default(), false).unwrap();
+    // Not at the synced revision: refused, nothing changes.
+    assert!(!cache.adopt(vec![obj("ns", "moved", "red", 3)], 10));
+    assert!(cache.get("ns", "moved").is_none());
+    assert!(cache.adopt(vec![obj("ns", "moved", "red", 3), obj("ns", "moved2", "red", 4)], 11));
+    assert_eq!(cache.stats().objects, 3);
+    assert!(w.rx.try_recv().is_err(), "adopted objects are not events");
+    let names = |p: ListPage| p.items.iter().map(|o| o.name().to_owned()).collect::<Vec<_>>();
+    assert_eq!(names(cache.list(None, &Filter::default(), None, None, false).unwrap()), ["mine", "moved", "moved2"]);
+    assert!(matches!(cache.list(Some(10), &Filter::default(), None, None, false), Err(CacheError::TooOld { requested: 10, oldest: 11 })));
+    // Changes after the adoption are events as any other.
+    cache.apply(obj("ns", "moved", "blue", 12), false);
+    assert!(matches!(w.rx.try_recv(), Ok(WatchMsg::Event(EventType::Modified, o)) if o.name() == "moved"));
+    let bytes_before = cache.stats().bytes;
+    assert_eq!(cache.release(|o| o.name().starts_with("moved")), 2);
+    assert_eq!(names(cache.list(None, &Filter::default(), None, None, false).unwrap()), ["mine"]);
+    assert!(cache.stats().bytes < bytes_before);
+    assert_eq!(cache.stats().watchers, 0);
+    assert!(matches!(w.rx.try_recv(), Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)));
+}

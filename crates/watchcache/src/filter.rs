@@ -3,6 +3,16 @@
 use crate::object::CachedObject;
 use shardplane_apimachinery::selectors::{FieldSelector, LabelSelector};
 use shardplane_keyspace::shard_selector::ShardSelector;
+use shardplane_keyspace::{placement_hash, RangeSet};
+
+/// Only objects whose placement hash the shard owns: set while its cache holds more than it owns
+/// (a range it is loading, or draining, RFC 0006).
+#[derive(Clone, Debug)]
+pub struct Owned {
+    pub group: &'static str,
+    pub plural: &'static str,
+    pub ranges: RangeSet,
+}
 
 /// A filter over cached objects. The default selects everything.
 #[derive(Clone, Debug, Default)]
@@ -12,6 +22,7 @@ pub struct Filter {
     pub labels: LabelSelector,
     pub fields: FieldSelector,
     pub shard: Option<ShardSelector>,
+    pub owned: Option<Owned>,
 }
 
 impl Filter {
@@ -27,11 +38,16 @@ impl Filter {
                 return false;
             }
         }
+        if let Some(o) = &self.owned {
+            if !o.ranges.contains(placement_hash(o.group, o.plural, obj.namespace(), obj.name())) {
+                return false;
+            }
+        }
         self.labels.matches(|k| obj.label(k)) && self.fields.matches(|f| obj.field(f))
     }
 
     /// Whether nothing but the namespace narrows the selection.
     pub fn selects_whole_namespace(&self) -> bool {
-        self.labels.is_empty() && self.fields.is_empty() && self.shard.is_none()
+        self.labels.is_empty() && self.fields.is_empty() && self.shard.is_none() && self.owned.is_none()
     }
 }

@@ -16,5 +16,5 @@ mod object;
 pub mod reflector;
 
 pub use cache::{CacheConfig, CacheError, CacheEvent, CacheStats, EventType, ListPage, WatchCache, WatchMsg, Watcher};
-pub use filter::Filter;
+pub use filter::{Filter, Owned};
 pub use object::{decode_object, CachedObject, ObjectCodec};

@@ -1,39 +1,89 @@
-//! Keeps a [`WatchCache`] in step with one etcd key range: list at a revision, then watch from
-//! it; apply events in order; turn in-band progress marks into the synced revision; request
-//! progress when a reader waits; relist when the watch breaks or its revision was compacted.
+//! Keeps a [`WatchCache`] in step with one resource's keys in a set of hash ranges: list at a
+//! revision, then watch from it; apply events in order; turn in-band progress marks into the
+//! synced revision; request progress when a reader waits; relist when the watch breaks or its
+//! revision was compacted. While it runs, it can take over a range and let one go
+//! ([`Command`], RFC 0006) without relisting what it already holds.
 
 use crate::cache::WatchCache;
 use crate::object::ObjectCodec;
-use shardplane_keyspace::etcd_layout::parse_object_key;
+use shardplane_keyspace::etcd_layout::{parse_object_key, range_keys};
+use shardplane_keyspace::{placement_hash, HashRange, RangeSet};
 use shardplane_storage::{Storage, StorageError, WatchItem};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-/// The etcd key range a cache follows.
+/// The keys a cache follows: one resource's keys whose placement hash is in the set. The set is
+/// the reflector's to change (by [`Command`]s); others may read it.
 #[derive(Clone)]
 pub struct KeyRange {
-    pub start: Vec<u8>,
-    pub end: Vec<u8>,
-    /// Keeps only keys whose placement hash this predicate accepts (None: every key).
-    pub owns: Option<Arc<dyn Fn(u64) -> bool + Send + Sync>>,
+    pub group: &'static str,
+    pub plural: &'static str,
+    pub ranges: Arc<RwLock<RangeSet>>,
 }
 
 impl KeyRange {
-    fn owns_key(&self, group: &str, plural: &str, key: &[u8]) -> bool {
-        match &self.owns {
-            None => true,
-            Some(f) => parse_object_key(group, plural, key).is_some_and(|(h, _, _)| f(h)),
-        }
+    /// `group`/`plural` keys in `ranges`.
+    pub fn new(group: &'static str, plural: &'static str, ranges: RangeSet) -> Self {
+        Self { group, plural, ranges: Arc::new(RwLock::new(ranges)) }
+    }
+
+    /// The ranges now followed.
+    pub fn ranges(&self) -> RangeSet {
+        self.ranges.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, ranges: RangeSet) {
+        *self.ranges.write().unwrap_or_else(|p| p.into_inner()) = ranges;
+    }
+
+    /// The etcd key range spanning every followed range (one watch stream; keys in a gap
+    /// between ranges are dropped by [`KeyRange::owns_key`]).
+    fn hull(&self) -> (Vec<u8>, Vec<u8>) {
+        let set = self.ranges();
+        let rs = set.ranges();
+        let hull = match (rs.first(), rs.last()) {
+            (Some(a), Some(b)) => HashRange::new(a.start(), b.end()).expect("a non-empty hull"),
+            // Nothing followed: a key range no object key falls in (hashes are hex digits, and
+            // "x" sorts after them). Not "\0" to "\0", which etcd reads as every key.
+            _ => {
+                let prefix = shardplane_keyspace::etcd_layout::resource_prefix(self.group, self.plural);
+                return (format!("{prefix}x").into_bytes(), format!("{prefix}y").into_bytes());
+            }
+        };
+        range_keys(self.group, self.plural, hull)
+    }
+
+    fn owns_key(&self, key: &[u8]) -> bool {
+        parse_object_key(self.group, self.plural, key).is_some_and(|(h, _, _)| self.ranges.read().unwrap_or_else(|p| p.into_inner()).contains(h))
     }
 }
 
-/// Runs until `shutdown`: keeps `cache` equal to etcd's `range`, decoded by `codec`.
-pub async fn run(storage: Storage, cache: Arc<WatchCache>, codec: ObjectCodec, range: KeyRange, shutdown: CancellationToken) {
+/// What a running reflector can be asked.
+pub enum Command {
+    /// Take over a range: load it at the synced revision S and follow it from there. Answers S
+    /// (the cache holds the range's state from S on).
+    Adopt(HashRange, oneshot::Sender<Result<u64, StorageError>>),
+    /// Let a range go: stop following it and drop its objects. Answers how many left.
+    Release(HashRange, oneshot::Sender<usize>),
+}
+
+/// How following the watch ended.
+enum Followed {
+    /// Shut down.
+    Stopped,
+    /// The followed ranges changed: watch again, from this revision.
+    Restart(u64),
+}
+
+/// Runs until `shutdown`: keeps `cache` equal to etcd's `range`, decoded by `codec`, and
+/// carries out `commands`.
+pub async fn run(storage: Storage, cache: Arc<WatchCache>, codec: ObjectCodec, range: KeyRange, mut commands: mpsc::Receiver<Command>, shutdown: CancellationToken) {
     let resource = codec.info().plural;
     let mut backoff = Duration::from_millis(100);
     while !shutdown.is_cancelled() {
-        match sync_once(&storage, &cache, &codec, &range, &shutdown).await {
+        match sync_once(&storage, &cache, &codec, &range, &mut commands, &shutdown).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(resource, error = %e, "watch cache lost etcd; relisting");
@@ -47,18 +97,32 @@ pub async fn run(storage: Storage, cache: Arc<WatchCache>, codec: ObjectCodec, r
     }
 }
 
-async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, shutdown: &CancellationToken) -> Result<(), StorageError> {
-    let (kvs, rev) = storage.list_range(&range.start, &range.end, 0).await?;
+/// Lists the followed keys into the cache, then follows their changes until shutdown.
+async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, commands: &mut mpsc::Receiver<Command>, shutdown: &CancellationToken) -> Result<(), StorageError> {
+    let (start, end) = range.hull();
+    let (kvs, rev) = storage.list_range(&start, &end, 0).await?;
     // Consumed here: the stored bytes must not outlive the decode (this function then follows
     // the watch for as long as the shard runs, and would keep a second copy of every object).
-    let objects = kvs
-        .into_iter()
-        .filter(|kv| range.owns_key(codec.info().group, codec.info().plural, &kv.key))
-        .filter_map(|kv| codec.decode(&kv.value, kv.mod_revision).map_err(|e| tracing::error!(key = %String::from_utf8_lossy(&kv.key), error = %e, "skipping undecodable object")).ok())
-        .collect();
+    let objects = decode_all(codec, kvs.into_iter().filter(|kv| range.owns_key(&kv.key)));
     cache.replace(objects, rev);
     tracing::debug!(resource = codec.info().plural, revision = rev, "watch cache loaded");
-    let watch = storage.watch_range(&range.start, &range.end, rev).await?;
+    let mut from = rev;
+    loop {
+        match follow(storage, cache, codec, range, from, commands, shutdown).await? {
+            Followed::Stopped => return Ok(()),
+            Followed::Restart(at) => from = at,
+        }
+    }
+}
+
+fn decode_all(codec: &ObjectCodec, kvs: impl Iterator<Item = shardplane_storage::Kv>) -> Vec<crate::object::CachedObject> {
+    kvs.filter_map(|kv| codec.decode(&kv.value, kv.mod_revision).map_err(|e| tracing::error!(key = %String::from_utf8_lossy(&kv.key), error = %e, "skipping undecodable object")).ok()).collect()
+}
+
+/// Follows the watch from `from` until shutdown or until a command changes what is followed.
+async fn follow(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, from: u64, commands: &mut mpsc::Receiver<Command>, shutdown: &CancellationToken) -> Result<Followed, StorageError> {
+    let (start, end) = range.hull();
+    let watch = storage.watch_range(&start, &end, from).await?;
     let (mut requester, mut stream) = watch.into_parts();
     let wanted = cache.progress_wanted();
     let progress_task = tokio::spawn(async move {
@@ -76,7 +140,7 @@ async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
             item = stream.next() => match item? {
                 Some(WatchItem::Events(events)) => {
                     for e in events {
-                        if !range.owns_key(codec.info().group, codec.info().plural, &e.kv.key) {
+                        if !range.owns_key(&e.kv.key) {
                             cache.progress(e.revision);
                             continue;
                         }
@@ -105,8 +169,58 @@ async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
                 Some(WatchItem::Progress(r)) => cache.progress(r),
                 None => return Err(StorageError::Etcd("watch stream ended".into())),
             },
+            Some(command) = commands.recv() => {
+                if let Some(at) = carry_out(storage, cache, codec, range, command).await {
+                    // Everything up to `at` is applied; the stream's later events are dropped
+                    // with it and come again on the new one.
+                    return Ok(Followed::Restart(at));
+                }
+            }
             _ = evict.tick() => cache.evict_expired(),
-            _ = shutdown.cancelled() => return Ok(()),
+            _ = shutdown.cancelled() => return Ok(Followed::Stopped),
+        }
+    }
+}
+
+/// Carries out a command between two events; Some(revision) when the watch must be opened
+/// again from that revision because the followed keys changed.
+async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, command: Command) -> Option<u64> {
+    match command {
+        Command::Adopt(r, reply) => {
+            let followed = range.ranges();
+            if followed.covers(&r) {
+                let _ = reply.send(Ok(cache.synced()));
+                return None;
+            }
+            // No event is applied while this runs, so the cache stays at `at`: the range read at
+            // `at` joins it as one snapshot, and its changes come on the watch opened after `at`.
+            let at = cache.synced();
+            let (start, end) = range_keys(range.group, range.plural, r);
+            match storage.list_range(&start, &end, at).await {
+                Ok((kvs, _)) => {
+                    // Keys of `r` the cache already follows are not read twice.
+                    let objects = decode_all(codec, kvs.into_iter().filter(|kv| parse_object_key(range.group, range.plural, &kv.key).is_some_and(|(h, _, _)| !followed.contains(h))));
+                    let adopted = cache.adopt(objects, at);
+                    debug_assert!(adopted, "the cache moved while the reflector was not applying events");
+                    range.set(followed.with(r));
+                    tracing::info!(resource = range.plural, range = %r, revision = at, "took over a range");
+                    let _ = reply.send(Ok(at));
+                    Some(at)
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                    None
+                }
+            }
+        }
+        Command::Release(r, reply) => {
+            range.set(range.ranges().without(r));
+            let (group, plural) = (range.group, range.plural);
+            let gone = cache.release(|o| r.contains(placement_hash(group, plural, o.namespace(), o.name())));
+            tracing::info!(resource = plural, range = %r, objects = gone, "let a range go");
+            let _ = reply.send(gone);
+            // Its keys are dropped by the filter; the watch may go on as it is.
+            None
         }
     }
 }
