@@ -90,6 +90,11 @@ impl Metrics {
     }
 
     /// The text exposition.
+    /// The registry, for other parts of the process to add their metrics to.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     pub fn render(&self) -> Vec<u8> {
         if let Some(b) = resident_memory_bytes() {
             self.resident.set(b as i64);

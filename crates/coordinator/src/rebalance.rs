@@ -351,6 +351,18 @@ pub fn request_rebalance(map: &StoredRangeMap, members: &Members, cfg: &Config) 
     next
 }
 
+/// How the moves changed from one map to the next: (started, completed, cancelled) ranges. A
+/// move that leaves while draining completed; one that leaves while loading was cancelled.
+pub fn transitions(before: &StoredRangeMap, after: &StoredRangeMap) -> (Vec<HashRange>, Vec<HashRange>, Vec<HashRange>) {
+    let same = |a: &StoredMove, b: &StoredMove| a.range == b.range && a.to == b.to && a.from == b.from;
+    let started = after.moves.iter().filter(|m| !before.moves.iter().any(|b| same(b, m))).map(|m| m.range).collect();
+    let (mut completed, mut cancelled) = (Vec::new(), Vec::new());
+    for m in before.moves.iter().filter(|m| !after.moves.iter().any(|a| same(a, m))) {
+        if m.phase == MovePhase::Draining { completed.push(m.range) } else { cancelled.push(m.range) }
+    }
+    (started, completed, cancelled)
+}
+
 /// Whether the ranges of `map` tile the hash space with one owner per hash (I1), and its moves
 /// are consistent with it: a loading move's range belongs to `from`, a draining one's to `to`,
 /// and no two moves overlap.

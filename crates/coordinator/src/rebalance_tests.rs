@@ -375,7 +375,9 @@ fn a_move_loads_flips_and_drains_in_order() {
     let mut w = World::new(2, 1, false);
     let a = w.map.shards[0].ranges[0];
     let next = request_move(&w.map, &w.members(), a, "s1", &w.cfg).unwrap();
+    assert_eq!(transitions(&w.map, &next), (vec![a], vec![], vec![]));
     assert!(w.cas(w.rev, next));
+    let loading = w.map.clone();
     // Nothing to do until s1 has loaded the range.
     assert!(!w.coordinate());
     w.apply(&Action::Load(0));
@@ -385,6 +387,11 @@ fn a_move_loads_flips_and_drains_in_order() {
     // The drain waits for the router.
     assert!(!w.coordinate());
     w.apply(&Action::Switch(0));
+    let draining = w.map.clone();
     assert!(w.coordinate());
     assert!(w.map.moves.is_empty());
+    // The flip is no transition; the drain's end completes the move; a load's end cancels it.
+    assert_eq!(transitions(&loading, &draining), (vec![], vec![], vec![]));
+    assert_eq!(transitions(&draining, &w.map), (vec![], vec![a], vec![]));
+    assert_eq!(transitions(&loading, &w.map), (vec![], vec![], vec![a]));
 }

@@ -262,5 +262,13 @@ async fn a_range_moves_to_a_new_shard_and_a_drained_shard_empties_while_the_rout
         wanted.sort();
         assert_eq!(added, wanted, "the watch missed creates");
     }
+    // The leading coordinator (this router's) counted both moves and reports each shard's load.
+    let metrics = client().get(format!("{}/metrics", router.url)).send().await.unwrap().text().await.unwrap();
+    let value = |name: &str| metrics.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse::<f64>().ok()).unwrap_or(-1.0);
+    assert_eq!(value("shardplane_range_moves_started_total "), 2.0, "{metrics}");
+    assert_eq!(value("shardplane_range_moves_completed_total "), 2.0);
+    assert_eq!(value("shardplane_range_move_duration_seconds_count "), 2.0);
+    assert_eq!(value("shardplane_range_map_epoch "), 3.0);
+    assert!(value("shardplane_shard_objects{shard=\"s2\"} ") > 0.0, "{metrics}");
     drop((s0, s1, s2, router));
 }

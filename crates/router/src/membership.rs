@@ -9,14 +9,14 @@
 
 use crate::forward::Shards;
 use shardplane_coordinator::rebalance::Config;
-use shardplane_coordinator::service::{self, ServiceConfig};
+use shardplane_coordinator::service::{self, CoordinatorMetrics, ServiceConfig};
 use shardplane_storage::members::{RouterMember, DEFAULT_TTL, ROUTERS_PREFIX};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Registers the router as `id` and runs a coordinator beside it until `stop`.
-pub fn start(shards: Arc<Shards>, id: String, stop: CancellationToken) {
+pub fn start(shards: Arc<Shards>, id: String, registry: &prometheus::Registry, stop: CancellationToken) {
     let name = id.clone();
     let member = move |shards: &Shards| serde_json::to_vec(&RouterMember { id: name.clone(), switched_epoch: shards.epoch() }).expect("member serializes");
     let (tx, rx) = tokio::sync::watch::channel(member(&shards));
@@ -26,8 +26,10 @@ pub fn start(shards: Arc<Shards>, id: String, stop: CancellationToken) {
         id: id.clone(),
         ttl: DEFAULT_TTL,
         period: Duration::from_secs(1),
-        // Shards cannot load ranges while running yet (issue #6): nothing moves by itself.
+        // Moves happen when asked (shardctl) or to replace a dead shard; balancing by load
+        // is the standalone coordinator's `--automatic`.
         plan: Config { automatic: false, ..Config::default() },
+        metrics: Some(CoordinatorMetrics::new(registry)),
     };
     tokio::spawn(service::run(storage, coordinator, stop.clone()));
     tokio::spawn(async move {

@@ -58,7 +58,7 @@ pub async fn serve_shards(shards: Arc<Shards>, listen: SocketAddr, shutdown: Can
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
-    crate::membership::start(front.shards.clone(), format!("router-{}", listener.local_addr()?), shutdown.clone());
+    crate::membership::start(front.shards.clone(), format!("router-{}", listener.local_addr()?), front.metrics.registry(), shutdown.clone());
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 

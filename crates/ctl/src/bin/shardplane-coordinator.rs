@@ -49,6 +49,9 @@ async fn main() -> std::process::ExitCode {
         ttl: Duration::from_secs(args.lease_ttl_seconds.max(1)),
         period: Duration::from_secs(1),
         plan: Config { automatic: args.automatic, max_moves: args.max_moves.max(1), ..Config::default() },
+        // This process serves no HTTP: while it leads, the move metrics are not exported (a
+        // router's coordinator exports them when it leads).
+        metrics: None,
     };
     service::run(storage, cfg, stop).await;
     std::process::ExitCode::SUCCESS
