@@ -42,7 +42,8 @@ pub fn describe(shard: &Shard, url: &str) -> ShardMember {
     ShardMember { id: shard.id.clone(), url: url.to_owned(), capacity_bytes: 0, loaded }
 }
 
-/// Keeps the shard's member key alive until `stop`, refreshed every third of the TTL.
+/// Keeps the shard's member key alive until `stop`, refreshed every third of the TTL and as
+/// soon as the shard's ranges change.
 pub fn register(shard: Arc<Shard>, url: String, ttl: Duration, stop: CancellationToken) {
     let bytes = move |shard: &Shard| serde_json::to_vec(&describe(shard, &url)).expect("member serializes");
     let (tx, rx) = tokio::sync::watch::channel(bytes(&shard));
@@ -52,6 +53,7 @@ pub fn register(shard: Arc<Shard>, url: String, ttl: Duration, stop: Cancellatio
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
+                _ = shard.ranges_changed.notified() => {}
                 _ = stop.cancelled() => return,
             }
             let now = bytes(&shard);

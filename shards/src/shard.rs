@@ -50,6 +50,8 @@ pub struct Shard {
     adopted: std::sync::Mutex<Vec<(HashRange, u64)>>,
     /// One range change at a time.
     changing: tokio::sync::Mutex<()>,
+    /// Signalled when the held ranges change, so the member key says so at once.
+    pub ranges_changed: tokio::sync::Notify,
     /// What the stored range map says about this shard (followed from etcd).
     map: std::sync::RwLock<MapView>,
     pub resources: Vec<Arc<ResourceInfo>>,
@@ -83,6 +85,7 @@ impl Shard {
             ranges: std::sync::RwLock::new(ranges),
             adopted: std::sync::Mutex::new(Vec::new()),
             changing: tokio::sync::Mutex::new(()),
+            ranges_changed: tokio::sync::Notify::new(),
             map: std::sync::RwLock::new(MapView::default()),
             resources,
             served,
@@ -181,6 +184,7 @@ impl Shard {
         *self.ranges.write().unwrap_or_else(|p| p.into_inner()) = self.ranges().with(r);
         self.adopted.lock().unwrap_or_else(|p| p.into_inner()).push((r, at));
         tracing::info!(shard = %self.id, range = %r, revision = at, "range loaded");
+        self.ranges_changed.notify_one();
         Ok(at)
     }
 
@@ -198,6 +202,7 @@ impl Shard {
             }
         }
         tracing::info!(shard = %self.id, range = %r, objects = gone, "range released");
+        self.ranges_changed.notify_one();
     }
 
     /// The served resource for (group, plural).

@@ -1,0 +1,110 @@
+//! move: a live range move (RFC 0006) of a quarter of N objects from one shard to another
+//! while writes continue through the router: how long the move takes, and the writes' p99
+//! latency during it against steady state.
+
+use crate::Ctx;
+use crate::cluster::{Topology, http};
+use crate::objects::{Kind, load};
+use crate::report::{Section, percentile};
+use serde_json::json;
+use shardplane_storage::Storage;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const NS: &str = "moving";
+/// Writes per second while measuring.
+const RATE: u64 = 200;
+
+/// Creates ConfigMaps through the router at RATE/s until `stop`, recording (when sent, latency ms).
+async fn writer(url: String, stop: tokio_util::sync::CancellationToken, out: Arc<Mutex<Vec<(Instant, f64)>>>) {
+    let c = http();
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / RATE));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut i = 0u64;
+    while !stop.is_cancelled() {
+        tick.tick().await;
+        let (c, url, out) = (c.clone(), url.clone(), out.clone());
+        i += 1;
+        tasks.spawn(async move {
+            let t = Instant::now();
+            let r = c.post(format!("{url}/api/v1/namespaces/{NS}/configmaps")).json(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("w-{i:08}")}, "data": {"k": "v"}})).send().await.expect("create");
+            assert!(r.status().is_success(), "create during the move: {}", r.status());
+            out.lock().unwrap().push((t, t.elapsed().as_secs_f64() * 1000.0));
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+pub async fn run(ctx: &Ctx) -> Section {
+    let n = if ctx.smoke { 2_000 } else { 100_000 };
+    let etcd = crate::start_etcd().await;
+    let bar = ctx.bar(n as u64, &format!("move: loading {n} objects"));
+    let b = bar.clone();
+    load(&etcd.endpoint, &[(Kind::Pod, 0..n * 6 / 10), (Kind::ConfigMap, 0..n * 3 / 10), (Kind::Lease, 0..n / 10)], move |d| b.inc(d)).await;
+    bar.finish_and_clear();
+    let t = Topology::start(&ctx.router, &etcd.endpoint, 4).await;
+    let c = http();
+    let ns = c.post(format!("{}/api/v1/namespaces", t.url)).json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).send().await.expect("namespace");
+    assert!(ns.status().is_success(), "namespace: {}", ns.status());
+    let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.expect("etcd");
+    // Every shard has registered and loaded.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while storage.members().await.expect("members").shards.iter().filter(|m| !m.loaded.is_empty()).count() < 4 {
+        assert!(Instant::now() < deadline, "shards did not register");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let spinner = ctx.spinner("move: a quarter of the objects from shard-0 to shard-1 under writes");
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let stop = tokio_util::sync::CancellationToken::new();
+    let writing = tokio::spawn(writer(t.url.clone(), stop.clone(), samples.clone()));
+    let steady = if ctx.smoke { Duration::from_secs(2) } else { Duration::from_secs(10) };
+    tokio::time::sleep(steady).await;
+    let map = storage.load_range_map().await.expect("map").expect("a map").map;
+    let range = map.shards.iter().find(|s| s.id == "shard-0").expect("shard-0").ranges[0];
+    let objects: u64 = storage.members().await.expect("members").shards.iter().find(|m| m.id == "shard-0").map_or(0, |m| m.loaded.iter().map(|l| l.objects).sum());
+    let started = Instant::now();
+    shardplane_ctl::edit_map(&storage, |m, members| shardplane_coordinator::rebalance::request_move(m, members, range, "shard-1", &shardplane_ctl::plan())).await.expect("move requested");
+    let mut flipped = None;
+    loop {
+        let m = storage.load_range_map().await.expect("map").expect("a map").map;
+        match m.moves.iter().find(|x| x.range == range) {
+            None => break,
+            Some(x) if x.phase == shardplane_storage::range_map::MovePhase::Draining && flipped.is_none() => flipped = Some(started.elapsed()),
+            Some(_) => {}
+        }
+        assert!(started.elapsed() < Duration::from_secs(600), "the move did not finish in 10 minutes");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let moved = started.elapsed();
+    let ended = Instant::now();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.cancel();
+    writing.await.expect("writer");
+    spinner.finish_and_clear();
+    t.stop().await;
+
+    let samples = samples.lock().unwrap().clone();
+    let (mut before, mut during): (Vec<f64>, Vec<f64>) = (Vec::new(), Vec::new());
+    for (at, ms) in samples {
+        if at < started {
+            before.push(ms);
+        } else if at <= ended {
+            during.push(ms);
+        }
+    }
+    let (p99_before, p99_during) = (percentile(&mut before.clone(), 0.99), percentile(&mut during.clone(), 0.99));
+    let ratio = p99_during / p99_before;
+    let mut s = Section::new("move");
+    s.line(format!("A live move (RFC 0006) of shard-0's whole range — a quarter of {n} objects (the memory scenario's mix), {objects} on that shard — to shard-1, in a `shard-router --shards 4` topology, while ConfigMaps are created through the router at {RATE}/s. The move is requested as `shardctl move` does and carried out by the router's coordinator: shard-1 loads the range at a revision and follows it, the map flips, routers switch, shard-0 lets the range go.\n"));
+    s.table(
+        &["what", "value"],
+        &[
+            vec!["move, request to flip".into(), format!("{:.2} s", flipped.unwrap_or(moved).as_secs_f64())],
+            vec!["move, request to the end of the drain".into(), format!("{:.2} s", moved.as_secs_f64())],
+            vec![format!("create p50 / p99, steady state ({} writes)", before.len()), format!("{:.1} / {:.1} ms", percentile(&mut before.clone(), 0.5), p99_before)],
+            vec![format!("create p50 / p99, during the move ({} writes)", during.len()), format!("{:.1} / {:.1} ms", percentile(&mut during.clone(), 0.5), p99_during)],
+        ],
+    );
+    s.target("p99 write latency during a move vs steady state", format!("{ratio:.2}x"), "≤ 2x", ratio <= 2.0);
+    s
+}
