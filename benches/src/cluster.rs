@@ -111,6 +111,46 @@ impl Topology {
     }
 }
 
+/// One shard outside any cluster (`--standalone`, the whole hash space) on `etcd`: the
+/// baseline a router is measured against. It owns exactly what it caches whatever range map the
+/// topologies on the same etcd publish. Stops when dropped (its stdin pipe closes).
+pub struct StandaloneShard {
+    _child: Child,
+    pub url: String,
+}
+
+impl StandaloneShard {
+    pub async fn start(router: &Path, etcd: &str) -> Self {
+        let mut child = Command::new(router)
+            .args(["shard", "--standalone", "--id", "bench-baseline", "--etcd-endpoints", etcd, "--listen", "127.0.0.1:0", "--compaction-interval", "0", "--bookmark-interval", "60"])
+            .env(shardplane_shard::cli::EXIT_WITH_STDIN, "1")
+            .env("RUST_LOG", "error")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn a standalone shard");
+        let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        let url = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await.expect("shard stdout") {
+                if let Some(addr) = line.strip_prefix("listening on ") {
+                    return format!("http://{addr}");
+                }
+            }
+            panic!("the standalone shard exited before listening");
+        })
+        .await
+        .expect("the standalone shard listens within 60 s");
+        let deadline = Instant::now() + Duration::from_secs(900);
+        while !http().get(format!("{url}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+            assert!(Instant::now() < deadline, "the standalone shard is not ready");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Self { _child: child, url }
+    }
+}
+
 fn is_zombie(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z')).unwrap_or(true)
 }

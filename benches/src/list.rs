@@ -86,7 +86,7 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
     ];
     let mut s = Section::new("list");
     s.line(format!("LIST of {n} Pods (~3.6 KiB each, {NAMESPACES} namespaces; one namespace holds {per_ns}); p50 and max of {runs} runs ({} for one namespace) after a warm-up, whole body read.", runs * 4 + 1));
-    s.line("\"one shard\" is the K=1 topology's shard asked directly, which stays up while every topology is measured: each router LIST is timed alternately with the same LIST from that shard, so that the two see the same machine, and each ratio compares the pair (the one-shard rows are from the K=1 pairs); \"etcd range read\" is shardplane's storage layer reading all the pods' keys (paged 500 per request, no decoding), a reference, not a server path.\n");
+    s.line("\"one shard\" is one standalone shard process (`shard-server --standalone`, the whole hash space) that stays up while every topology is measured: each router LIST is timed alternately with the same LIST from that shard, so that the two see the same machine, and each ratio compares the pair (the one-shard rows are from the K=1 pairs); \"etcd range read\" is shardplane's storage layer reading all the pods' keys (paged 500 per request, no decoding), a reference, not a server path.\n");
     let storage = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.expect("etcd");
     let (start, end) = etcd_layout::range_keys("", "pods", HashRange::FULL);
     let mut etcd_ms = Vec::new();
@@ -99,17 +99,16 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
     let mut rows = vec![vec!["etcd range read (all pods)".to_owned(), format!("{:.0}", percentile(&mut etcd_ms.clone(), 0.5)), format!("{:.0}", percentile(&mut etcd_ms, 1.0)), format!("{:.0}", n as f64 / (percentile(&mut etcd_ms, 0.5) / 1000.0))]];
     let mut scaling = Vec::new();
     let mut profiles = String::new();
-    // The K=1 topology stays up: its shard is the baseline every topology is timed beside.
-    let one = Topology::start(&ctx.router, &etcd.endpoint, 1).await;
+    // One standalone shard stays up: the baseline every topology is timed beside.
+    let one = crate::cluster::StandaloneShard::start(&ctx.router, &etcd.endpoint).await;
     let mut one_shard_rows = Vec::new();
     for &k in &ks {
         let bar = ctx.spinner(&format!("list: K={k}"));
-        let other = if k == 1 { None } else { Some(Topology::start(&ctx.router, &etcd.endpoint, k).await) };
-        let t = other.as_ref().unwrap_or(&one);
+        let t = Topology::start(&ctx.router, &etcd.endpoint, k).await;
         for (name, path, paged, want) in cases.iter() {
             // A namespace LIST takes milliseconds: more runs for a stable median.
             let runs = if *want < n { runs * 4 + 1 } else { runs };
-            let [(base50, base_max), (p50, max)] = time_side_by_side(&one.shards[0].url, &t.url, path, *paged, runs, *want).await;
+            let [(base50, base_max), (p50, max)] = time_side_by_side(&one.url, &t.url, path, *paged, runs, *want).await;
             if k == 1 {
                 one_shard_rows.push(vec![format!("one shard: {name}"), format!("{base50:.0}"), format!("{base_max:.0}"), format!("{:.0}", *want as f64 / (base50 / 1000.0))]);
             }
@@ -132,12 +131,10 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
                 scaling.push((k, p50, base50));
             }
         }
-        if let Some(other) = other {
-            other.stop().await;
-        }
+        t.stop().await;
         bar.finish_and_clear();
     }
-    one.stop().await;
+    drop(one);
     rows.splice(1..1, one_shard_rows);
     s.table(&["LIST", "p50 ms", "max ms", "objects/s (p50)"], &rows);
     s.line("**Where the router stands.** The router asks the shards to write each list entry on a line of its own (a request header only it sends), so it splits their bodies with one memchr per entry and reads each entry's key from the first bytes of its metadata (ObjectMeta in Go's field order: name, then namespace), never decoding an object. \

@@ -22,6 +22,14 @@ struct Args {
     /// Hash range owned, `0xLO-0xHI` (16 hex digits; the end may be 0x10000000000000000). Repeatable.
     #[arg(long = "range")]
     ranges: Vec<HashRange>,
+    /// Start with no range (a shard joining a running cluster): it holds what the coordinator
+    /// moves to it (`shardctl add`, RFC 0006).
+    #[arg(long, conflicts_with = "ranges")]
+    empty: bool,
+    /// Ignore the range map and stay out of membership: own exactly `--range` (a single shard
+    /// on its own, or a baseline beside a cluster on the same etcd).
+    #[arg(long)]
+    standalone: bool,
     /// Shard name in logs and metrics.
     #[arg(long, default_value = "shard-0")]
     id: String,
@@ -85,7 +93,11 @@ pub fn run(argv: Vec<String>) -> std::process::ExitCode {
 }
 
 async fn run_async(args: Args) -> std::process::ExitCode {
-    let ranges = if args.ranges.is_empty() { Ok(RangeSet::full()) } else { RangeSet::from_disjoint(args.ranges.clone()) };
+    let ranges = match (args.empty, args.ranges.is_empty()) {
+        (true, _) => Ok(RangeSet::default()),
+        (false, true) => Ok(RangeSet::full()),
+        (false, false) => RangeSet::from_disjoint(args.ranges.clone()),
+    };
     let ranges = match ranges {
         Ok(r) => r,
         Err(e) => {
@@ -110,6 +122,7 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         max_requests_inflight: args.max_requests_inflight,
         max_mutating_inflight: args.max_mutating_requests_inflight,
         member_ttl: Duration::from_secs(args.member_ttl_seconds.max(1)),
+        standalone: args.standalone,
     };
     let shutdown = shutdown_on_signal();
     if std::env::var_os(EXIT_WITH_STDIN).is_some() {

@@ -40,6 +40,8 @@ pub struct ShardConfig {
     /// TTL of the shard's membership lease (RFC 0006): a shard that stops renewing it is dead
     /// to the coordinator this long after.
     pub member_ttl: Duration,
+    /// Outside any cluster: no range map, no membership; it owns exactly `ranges`.
+    pub standalone: bool,
     /// Most concurrent non-mutating, non-watch requests (upstream `--max-requests-inflight`).
     pub max_requests_inflight: usize,
     /// Most concurrent mutating requests (upstream `--max-mutating-requests-inflight`).
@@ -75,7 +77,7 @@ impl InflightLimits {
 /// Calls `on_listen` with the bound address (port 0 picks a free one).
 pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let storage = Storage::connect(&config.etcd_endpoints).await.map_err(std::io::Error::other)?;
-    let shard = Shard::start(config.id.clone(), storage.clone(), config.ranges.clone(), config.cache.clone(), config.bookmark_interval, config.min_request_timeout, shutdown.clone());
+    let shard = Shard::start(config.id.clone(), storage.clone(), config.ranges.clone(), config.cache.clone(), config.bookmark_interval, config.min_request_timeout, config.standalone, shutdown.clone());
     if let Some(interval) = config.compaction_interval {
         let token = shutdown.clone();
         tokio::spawn(async move {
@@ -93,7 +95,9 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(id = %config.id, addr = %listener.local_addr()?, ranges = %config.ranges, "shard serving");
-    crate::membership::register(shard_for_members, format!("http://{}", listener.local_addr()?), config.member_ttl, shutdown.clone());
+    if !config.standalone {
+        crate::membership::register(shard_for_members, format!("http://{}", listener.local_addr()?), config.member_ttl, shutdown.clone());
+    }
     let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
         let _ = s.set_nodelay(true);
     });

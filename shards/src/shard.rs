@@ -68,7 +68,10 @@ pub struct Shard {
 impl Shard {
     /// Builds the shard and starts one reflector per resource. The caches load in the background;
     /// [`Shard::ready`] says when all have.
-    pub fn start(id: String, storage: Storage, ranges: RangeSet, cache: CacheConfig, bookmark_interval: Duration, min_request_timeout: Duration, shutdown: CancellationToken) -> Arc<Self> {
+    /// A `standalone` shard ignores the range map: it owns exactly what it caches and never
+    /// loads or lets go of a range (a single-shard deployment, or a baseline beside a cluster).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(id: String, storage: Storage, ranges: RangeSet, cache: CacheConfig, bookmark_interval: Duration, min_request_timeout: Duration, standalone: bool, shutdown: CancellationToken) -> Arc<Self> {
         let resources: Vec<Arc<ResourceInfo>> = builtin_resources().into_iter().map(Arc::new).collect();
         let mut served = HashMap::new();
         for info in &resources {
@@ -95,7 +98,9 @@ impl Shard {
             cache_config: cache,
             min_request_timeout,
         });
-        tokio::spawn(follow_range_map(shard.clone()));
+        if !standalone {
+            tokio::spawn(follow_range_map(shard.clone()));
+        }
         shard
     }
 

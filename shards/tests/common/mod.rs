@@ -140,6 +140,7 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         max_requests_inflight: 400,
         max_mutating_inflight: 200,
         member_ttl: Duration::from_secs(10),
+        standalone: false,
     }
 }
 
