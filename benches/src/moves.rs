@@ -35,6 +35,24 @@ async fn writer(url: String, stop: tokio_util::sync::CancellationToken, out: Arc
     while tasks.join_next().await.is_some() {}
 }
 
+/// Asks for `range` to move to `to` (as `shardctl move` does) and waits until it is done:
+/// (time to the flip, time to the end of the drain).
+async fn move_and_wait(storage: &Storage, range: shardplane_keyspace::HashRange, to: &str) -> (Duration, Duration) {
+    let started = Instant::now();
+    shardplane_ctl::edit_map(storage, |m, members| shardplane_coordinator::rebalance::request_move(m, members, range, to, &shardplane_ctl::plan())).await.expect("move requested");
+    let mut flipped = None;
+    loop {
+        let m = storage.load_range_map().await.expect("map").expect("a map").map;
+        match m.moves.iter().find(|x| x.range == range) {
+            None => return (flipped.unwrap_or_else(|| started.elapsed()), started.elapsed()),
+            Some(x) if x.phase == shardplane_storage::range_map::MovePhase::Draining && flipped.is_none() => flipped = Some(started.elapsed()),
+            Some(_) => {}
+        }
+        assert!(started.elapsed() < Duration::from_secs(600), "the move did not finish in 10 minutes");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 pub async fn run(ctx: &Ctx) -> Section {
     let n = if ctx.smoke { 2_000 } else { 100_000 };
     let etcd = crate::start_etcd().await;
@@ -63,20 +81,15 @@ pub async fn run(ctx: &Ctx) -> Section {
     let range = map.shards.iter().find(|s| s.id == "shard-0").expect("shard-0").ranges[0];
     let objects: u64 = storage.members().await.expect("members").shards.iter().find(|m| m.id == "shard-0").map_or(0, |m| m.loaded.iter().map(|l| l.objects).sum());
     let started = Instant::now();
-    shardplane_ctl::edit_map(&storage, |m, members| shardplane_coordinator::rebalance::request_move(m, members, range, "shard-1", &shardplane_ctl::plan())).await.expect("move requested");
-    let mut flipped = None;
-    loop {
-        let m = storage.load_range_map().await.expect("map").expect("a map").map;
-        match m.moves.iter().find(|x| x.range == range) {
-            None => break,
-            Some(x) if x.phase == shardplane_storage::range_map::MovePhase::Draining && flipped.is_none() => flipped = Some(started.elapsed()),
-            Some(_) => {}
-        }
-        assert!(started.elapsed() < Duration::from_secs(600), "the move did not finish in 10 minutes");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let moved = started.elapsed();
+    let (flipped, moved) = move_and_wait(&storage, range, "shard-1").await;
     let ended = Instant::now();
+    // The same move back, sampled (never the timed one), for where the time goes.
+    let flats = if ctx.perf {
+        let groups = [("router", vec![t.router_pid()]), ("shards", t.shards.iter().map(|s| s.pid).collect()), ("etcd", vec![etcd.pid()])];
+        Some(crate::profile::during(&groups, move_and_wait(&storage, range, "shard-0")).await)
+    } else {
+        None
+    };
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.cancel();
     writing.await.expect("writer");
@@ -99,12 +112,22 @@ pub async fn run(ctx: &Ctx) -> Section {
     s.table(
         &["what", "value"],
         &[
-            vec!["move, request to flip".into(), format!("{:.2} s", flipped.unwrap_or(moved).as_secs_f64())],
+            vec!["move, request to flip".into(), format!("{:.2} s", flipped.as_secs_f64())],
             vec!["move, request to the end of the drain".into(), format!("{:.2} s", moved.as_secs_f64())],
             vec![format!("create p50 / p99, steady state ({} writes)", before.len()), format!("{:.1} / {:.1} ms", percentile(&mut before.clone(), 0.5), p99_before)],
             vec![format!("create p50 / p99, during the move ({} writes)", during.len()), format!("{:.1} / {:.1} ms", percentile(&mut during.clone(), 0.5), p99_during)],
         ],
     );
     s.target("p99 write latency during a move vs steady state", format!("{ratio:.2}x"), "≤ 2x", ratio <= 2.0);
+    if ratio > 2.0 {
+        s.line(format!(
+            "**Why the target is missed.** The new owner loads the range inside each resource's reflector: an etcd range read of the range's objects at one revision, their transfer and their decoding, all at once, with the cache held at that revision meanwhile (RFC 0006). On this machine that takes most of the {:.1} s to the flip and saturates the 2 cores shared by etcd, the shards, the router and the writer, so creates queue behind it (p50 barely moves, the tail does). \
+             What would fix it: loading in the background in paced pages while the cache keeps following its other ranges, then catching up the range's events since the load before adding it; the move takes longer and the load's CPU is spread out.\n",
+            flipped.as_secs_f64()
+        ));
+    }
+    if let Some(flats) = flats {
+        s.line(crate::profile::render("the same move back (shard-1 to shard-0), request to the end of the drain", &flats));
+    }
     s
 }

@@ -52,6 +52,8 @@ pub struct Shard {
     changing: tokio::sync::Mutex<()>,
     /// Signalled when the held ranges change, so the member key says so at once.
     pub ranges_changed: tokio::sync::Notify,
+    /// Whether a range has been taken over or let go while running.
+    moved: std::sync::atomic::AtomicBool,
     /// What the stored range map says about this shard (followed from etcd).
     map: std::sync::RwLock<MapView>,
     pub resources: Vec<Arc<ResourceInfo>>,
@@ -89,6 +91,7 @@ impl Shard {
             adopted: std::sync::Mutex::new(Vec::new()),
             changing: tokio::sync::Mutex::new(()),
             ranges_changed: tokio::sync::Notify::new(),
+            moved: std::sync::atomic::AtomicBool::new(false),
             map: std::sync::RwLock::new(MapView::default()),
             resources,
             served,
@@ -152,13 +155,18 @@ impl Shard {
         self.ranges.read().unwrap_or_else(|p| p.into_inner()).contains(hash) && self.map.read().unwrap_or_else(|p| p.into_inner()).assigned.as_ref().is_none_or(|a| a.contains(hash))
     }
 
-    /// The filter that keeps LISTs and new watches to what the map gives this shard (None while
-    /// no map is stored, or it gives the shard everything). Needed whenever the caches hold, or
-    /// once held, other hashes: a range being loaded or drained (RFC 0006), and the events a
-    /// released range left in the history.
+    /// The filter that keeps LISTs and new watches to what the map gives this shard. Needed
+    /// while the caches hold hashes the map does not give it (a range being loaded or drained,
+    /// RFC 0006) and, once a range has left, for the events it left in the history; None
+    /// otherwise (no map, or the shard owns all it holds and never moved a range), so that the
+    /// common case costs no hash per object.
     pub fn owned_filter(&self, info: &ResourceInfo) -> Option<shardplane_watchcache::Owned> {
         let assigned = self.map.read().unwrap_or_else(|p| p.into_inner()).assigned.clone()?;
-        (!assigned.is_full()).then(|| shardplane_watchcache::Owned { group: info.group, plural: info.plural, ranges: assigned })
+        let owns_all_it_holds = self.ranges().ranges().iter().all(|r| assigned.covers(r));
+        if owns_all_it_holds && !self.moved.load(std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
+        Some(shardplane_watchcache::Owned { group: info.group, plural: info.plural, ranges: assigned })
     }
 
     /// The ranges every cache holds.
@@ -179,6 +187,7 @@ impl Shard {
         if self.ranges().covers(&r) {
             return Ok(self.adopted().iter().find(|(a, _)| *a == r).map_or(0, |(_, at)| *at));
         }
+        self.moved.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut at = 0;
         for s in self.served.values() {
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -197,6 +206,7 @@ impl Shard {
     /// objects dropped, without events (they moved, they did not change).
     pub async fn release(&self, r: HashRange) {
         let _one = self.changing.lock().await;
+        self.moved.store(true, std::sync::atomic::Ordering::Relaxed);
         *self.ranges.write().unwrap_or_else(|p| p.into_inner()) = self.ranges().without(r);
         self.adopted.lock().unwrap_or_else(|p| p.into_inner()).retain(|(a, _)| *a != r);
         let mut gone = 0;
