@@ -81,15 +81,7 @@ impl Topology {
     async fn wait_ready(&self, within: Duration) {
         let deadline = Instant::now() + within;
         for s in &self.shards {
-            loop {
-                if let Ok(r) = http().get(format!("{}/readyz", s.url)).send().await {
-                    if r.status().is_success() {
-                        break;
-                    }
-                }
-                assert!(Instant::now() < deadline, "shard {} not ready in {within:?}", s.url);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            wait_ready(&s.url, deadline).await;
         }
     }
 
@@ -142,12 +134,16 @@ impl StandaloneShard {
         })
         .await
         .expect("the standalone shard listens within 60 s");
-        let deadline = Instant::now() + Duration::from_secs(900);
-        while !http().get(format!("{url}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
-            assert!(Instant::now() < deadline, "the standalone shard is not ready");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_ready(&url, Instant::now() + Duration::from_secs(900)).await;
         Self { _child: child, url }
+    }
+}
+
+/// Waits until the shard at `url` says its caches have loaded (`/readyz`), failing past `deadline`.
+async fn wait_ready(url: &str, deadline: Instant) {
+    while !http().get(format!("{url}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+        assert!(Instant::now() < deadline, "shard {url} not ready in time");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

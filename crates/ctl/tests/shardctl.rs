@@ -12,9 +12,13 @@ use shardplane_storage::members::{ShardMember, SHARDS_PREFIX};
 use shardplane_storage::Storage;
 use std::time::Duration;
 
-/// Runs the shardctl binary: (exit code, stdout, stderr).
+/// Runs the shardctl binary on `etcd`: (exit code, stdout, stderr).
 fn shardctl(etcd: &Etcd, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardctl")).args(["--etcd-endpoints", &etcd.endpoint]).args(args).output().expect("shardctl runs");
+    shardctl_at(&etcd.endpoint, args)
+}
+
+fn shardctl_at(endpoint: &str, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardctl")).args(["--etcd-endpoints", endpoint]).args(args).output().expect("shardctl runs");
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -202,15 +206,9 @@ async fn a_range_moves_to_a_new_shard_and_a_drained_shard_empties_while_the_rout
     };
 
     // Move the upper half to s2 and wait for it to finish.
-    let (code, out, err) = tokio::task::spawn_blocking({
-        let endpoint = etcd.endpoint.clone();
-        move || {
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_shardctl")).args(["--etcd-endpoints", &endpoint, "move", &high.to_string(), "--to", "s2", "--wait", "--timeout", "60"]).output().unwrap();
-            (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-        }
-    })
-    .await
-    .unwrap();
+    // shardctl waits for the move; it blocks, so it runs off the runtime's threads.
+    let (endpoint, range) = (etcd.endpoint.clone(), high.to_string());
+    let (code, out, err) = tokio::task::spawn_blocking(move || shardctl_at(&endpoint, &["move", &range, "--to", "s2", "--wait", "--timeout", "60"])).await.unwrap();
     assert_eq!(code, 0, "{out}{err}");
     let s = status(&etcd);
     assert_eq!(s["epoch"], 2, "{s}");

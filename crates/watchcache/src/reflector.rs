@@ -200,8 +200,12 @@ async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
                 Ok((kvs, _)) => {
                     // Keys of `r` the cache already follows are not read twice.
                     let objects = decode_all(codec, kvs.into_iter().filter(|kv| parse_object_key(range.group, range.plural, &kv.key).is_some_and(|(h, _, _)| !followed.contains(h))));
-                    let adopted = cache.adopt(objects, at);
-                    debug_assert!(adopted, "the cache moved while the reflector was not applying events");
+                    if !cache.adopt(objects, at) {
+                        // Only this loop moves the cache, so this cannot happen; if it did, the
+                        // range is refused rather than joined at the wrong revision.
+                        let _ = reply.send(Err(StorageError::Etcd(format!("the cache moved past revision {at} while loading {r}"))));
+                        return None;
+                    }
                     range.set(followed.with(r));
                     tracing::info!(resource = range.plural, range = %r, revision = at, "took over a range");
                     let _ = reply.send(Ok(at));
