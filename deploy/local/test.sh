@@ -15,9 +15,16 @@ run() {
 }
 run --workspace
 # The single-shard suite again, unchanged, through a router in front of K shards.
+# With nextest the suite is picked by a filter over the workspace build, so nothing is built
+# again: `-p shardplane-shard` alone unifies dependency features differently and would build a
+# second copy of every test binary.
 for k in 1 2 4; do
   echo "== shard suite through a router over $k shards"
-  SHARDPLANE_ROUTER_SHARDS=$k run -p shardplane-shard
+  if cargo nextest --version >/dev/null 2>&1; then
+    SHARDPLANE_ROUTER_SHARDS=$k run --workspace -E 'package(shardplane-shard)'
+  else
+    SHARDPLANE_ROUTER_SHARDS=$k run -p shardplane-shard
+  fi
 done
 # Every benchmark scenario at tiny sizes in the debug build, so none of them rots (its report
 # goes to target/bench-smoke/ and measures nothing; benches/RESULTS.md comes from release runs).
