@@ -9,6 +9,8 @@
 //!   order (I3, I4);
 //! - [`watch_merge`]: one watch stream from K shard streams, released in strictly increasing
 //!   resourceVersion only below every shard's in-band progress mark (I2, I5);
+//! - [`handover`]: switching a merged watch stream to a new map's shards at its watermark with
+//!   no gap and no repeat (RFC 0006);
 //! - [`rebalance`]: membership and rebalancing decisions (RFC 0006): the next map from the
 //!   stored one and the live members, and the operator's requests as map edits;
 //! - [`service`]: the coordinator process: leader election on an etcd lease, then
@@ -18,6 +20,7 @@
 //! Only [`map_store`] and [`service`] talk to etcd, and only [`service`] reads a clock; the
 //! decisions themselves are pure functions, tested against models.
 
+pub mod handover;
 pub mod list_merge;
 pub mod map_store;
 pub mod range_map;

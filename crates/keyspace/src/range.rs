@@ -152,6 +152,11 @@ impl RangeSet {
         idx > 0 && self.ranges[idx - 1].end >= r.end
     }
 
+    /// Whether some hash of `r` is in the set.
+    pub fn overlaps(&self, r: &HashRange) -> bool {
+        self.ranges.iter().any(|x| (x.start as u128) < r.end && (r.start as u128) < x.end)
+    }
+
     /// Whether the set covers the whole hash space.
     pub fn is_full(&self) -> bool {
         self.ranges == [HashRange::FULL]

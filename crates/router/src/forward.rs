@@ -27,9 +27,32 @@ pub struct Shards {
     pub bookmark_interval: std::time::Duration,
     /// Merged watch upstreams shared by client watches.
     pub hubs: Arc<crate::hub::Hubs>,
-    /// The epoch routed by, for client watches to notice a change (RFC 0006: they end and
-    /// resume under the new map).
-    epochs: tokio::sync::watch::Sender<u64>,
+    /// The epoch routed by and the revision it was cut over at, for merged watches to switch
+    /// to the new map's shards (RFC 0006).
+    epochs: tokio::sync::watch::Sender<MapEpoch>,
+    /// How many merged watch upstreams still read each epoch's shards: the router has switched
+    /// to an epoch once none reads an older one.
+    upstreams: std::sync::Mutex<std::collections::BTreeMap<u64, usize>>,
+}
+
+/// A range-map epoch and the revision of the write that made it (0 when unknown): every change
+/// after that revision is the new owners' to send.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapEpoch {
+    pub epoch: u64,
+    pub cutover: u64,
+}
+
+/// Counts one merged upstream as reading one epoch's shards while it lives.
+pub struct UpstreamEpoch {
+    shards: Arc<Shards>,
+    epoch: u64,
+}
+
+impl Drop for UpstreamEpoch {
+    fn drop(&mut self) {
+        Shards::uncount(&mut self.shards.upstream_counts(), self.epoch);
+    }
 }
 
 /// Request headers worth passing to a shard.
@@ -61,7 +84,8 @@ impl Shards {
             resources: shardplane_apimachinery::resources::builtin_resources().into_iter().map(Arc::new).collect(),
             bookmark_interval,
             hubs: Arc::new(crate::hub::Hubs::new(history)),
-            epochs: tokio::sync::watch::channel(stored.epoch).0,
+            epochs: tokio::sync::watch::channel(MapEpoch { epoch: stored.epoch, cutover: stored.cutover }).0,
+            upstreams: Default::default(),
         }))
     }
 
@@ -96,11 +120,11 @@ impl Shards {
         let stored = map_store::load(&self.storage).await.map_err(map_unavailable)?.0;
         let shards = stored.shards.into_iter().map(|s| if s.id == id { StoredShard { url: url.clone(), ..s } } else { s }).collect();
         let next = map_store::publish(&self.storage, shards).await.map_err(map_unavailable)?;
-        self.install(map_store::routing_table(&next).map_err(map_unavailable)?);
+        self.install(map_store::routing_table(&next).map_err(map_unavailable)?, next.cutover);
         Ok(())
     }
 
-    fn install(&self, table: RangeMap<ShardAddr>) -> bool {
+    fn install(&self, table: RangeMap<ShardAddr>, cutover: u64) -> bool {
         let mut current = self.table.write().unwrap_or_else(|p| p.into_inner());
         if table.epoch() < current.epoch() || *current == table {
             return false;
@@ -110,23 +134,47 @@ impl Shards {
         *current = table;
         drop(current);
         if after != before {
-            // Ranges moved: every merged watch ends (cleanly, at its mark) and its client
-            // resumes under the new map; no hub takes new clients on the old one.
-            self.hubs.end_all();
-            self.epochs.send_replace(after);
+            // Ranges moved: every merged watch switches to the new map's shards at its mark.
+            self.epochs.send_replace(MapEpoch { epoch: after, cutover });
         }
         true
     }
 
     /// Follows the epoch routed by.
-    pub fn epoch_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+    pub fn epoch_changes(&self) -> tokio::sync::watch::Receiver<MapEpoch> {
         self.epochs.subscribe()
+    }
+
+    /// Counts a merged upstream as reading `epoch`'s shards until the guard is dropped.
+    pub fn upstream_epoch(self: &Arc<Self>, epoch: u64) -> UpstreamEpoch {
+        *self.upstream_counts().entry(epoch).or_default() += 1;
+        UpstreamEpoch { shards: self.clone(), epoch }
+    }
+
+    fn upstream_counts(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, usize>> {
+        self.upstreams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn uncount(counts: &mut std::collections::BTreeMap<u64, usize>, epoch: u64) {
+        if let Some(n) = counts.get_mut(&epoch) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&epoch);
+            }
+        }
+    }
+
+    /// The epoch this router has switched to: the one it routes by, unless a merged watch
+    /// still reads an older epoch's shards (the old owner of a range must keep it until then).
+    pub fn switched_epoch(&self) -> u64 {
+        let routed = self.epoch();
+        self.upstream_counts().keys().next().map_or(routed, |oldest| routed.min(*oldest))
     }
 
     /// Reads the stored map again; true if it differs from the one in use.
     pub async fn refresh(&self) -> Result<bool, ApiError> {
-        let (_, table) = map_store::load(&self.storage).await.map_err(map_unavailable)?;
-        Ok(self.install(table))
+        let (stored, table) = map_store::load(&self.storage).await.map_err(map_unavailable)?;
+        Ok(self.install(table, stored.cutover))
     }
 
     /// Runs `attempt` (which routes by the current map) until no shard refuses it for a stale

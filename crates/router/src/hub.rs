@@ -16,8 +16,8 @@
 //! - a hub with no clients for [`LINGER`] closes its shard streams.
 //!
 //! When the upstream ends (a shard broke, or sent an ERROR, passed on to every client) the hub
-//! ends and every client's watch ends cleanly after the last event it was sent. So do all hubs
-//! when the range map's epoch changes (RFC 0006): their shard streams belong to the old map.
+//! ends and every client's watch ends cleanly after the last event it was sent. A change of the
+//! range map does not end a hub: its upstream switches shards under it (RFC 0006).
 
 use crate::forward::{HistoryBound, Shards};
 use crate::upstream::{self, Merged, UpstreamSpec};
@@ -218,16 +218,6 @@ impl Hubs {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Ends every hub (each client's watch ends cleanly after the last event it was sent) and
-    /// forgets them, so the next client starts a hub on the current map.
-    pub fn end_all(&self) {
-        let mut map = self.lock();
-        for hub in map.values() {
-            hub.end();
-        }
-        map.clear();
-    }
-
     /// `Some(Some(sub))`: joined the live hub for `key`; `Some(None)`: a live hub exists but its
     /// ring does not reach back to `after`; `None`: no live hub.
     fn join(&self, key: &str, after: u64) -> Option<Option<Subscription>> {
@@ -260,10 +250,6 @@ impl Hubs {
                 },
                 _ = check.tick() => {
                     hub.evict();
-                    if hub.lock().tx.is_none() {
-                        // Ended from outside (the range map changed).
-                        break;
-                    }
                     // Decided under the map's lock: no client can be joining meanwhile.
                     let mut map = self.lock();
                     if hub.idle() {

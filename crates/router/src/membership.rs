@@ -2,10 +2,9 @@
 //! second, besides refreshing on refusals), its member key says the epoch it has switched to,
 //! and every router runs the coordinator service, one of them leading.
 //!
-//! Switching is, for now, the simple form: at an epoch change every merged watch ends cleanly
-//! (after a bookmark at its mark) and its client resumes under the new map, so the epoch is
-//! reported once the old watches have been told to end. Moving open watches without ending them
-//! (RFC 0006, step 4) is not built yet.
+//! At an epoch change every merged watch switches to the new map's shards at its mark without
+//! ending (crate::upstream); the router reports the epoch as switched once none still reads an
+//! older epoch's shards, and only then may the old owner of a moved range let it go.
 
 use crate::forward::Shards;
 use shardplane_coordinator::rebalance::Config;
@@ -18,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 /// Registers the router as `id` and runs a coordinator beside it until `stop`.
 pub fn start(shards: Arc<Shards>, id: String, registry: &prometheus::Registry, stop: CancellationToken) {
     let name = id.clone();
-    let member = move |shards: &Shards| serde_json::to_vec(&RouterMember { id: name.clone(), switched_epoch: shards.epoch() }).expect("member serializes");
+    let member = move |shards: &Shards| serde_json::to_vec(&RouterMember { id: name.clone(), switched_epoch: shards.switched_epoch() }).expect("member serializes");
     let (tx, rx) = tokio::sync::watch::channel(member(&shards));
     let storage = shards.storage().clone();
     storage.register(format!("{ROUTERS_PREFIX}{id}"), rx, DEFAULT_TTL, stop.clone());

@@ -5,13 +5,20 @@
 //! more than [`HELD_BACK`] events wait on a lagging shard. A shard stream that ends normally
 //! (the shard's own request timeout) is reopened after that shard's mark, so the merged stream
 //! outlives it with no gap and no repeat.
+//!
+//! When the range map's epoch changes (RFC 0006, step 4) the upstream switches to the new map's
+//! shards without its consumers noticing: it asks the old shards for progress until every one
+//! has vouched for the map's cut-over revision, yields what that releases, and reads the new
+//! shards from that watermark on ([`Handover`]). The old owner of a moved range keeps it until every router has switched, so the
+//! old streams are whole up to the watermark and the new ones from it.
 
-use crate::forward::{passthrough, refusal, unavailable, Shards};
+use crate::forward::{passthrough, refusal, unavailable, MapEpoch, Shards, UpstreamEpoch};
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Method, Response, StatusCode};
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
+use shardplane_coordinator::handover::Handover;
 use shardplane_coordinator::watch_merge::{ShardInput, WatchMerge};
 use shardplane_apimachinery::ApiError;
 use std::sync::Arc;
@@ -27,6 +34,9 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(2);
 const MARK_EVERY: Duration = Duration::from_millis(50);
 /// Items buffered between the merge and its consumer.
 const OUT_BUFFER: usize = 256;
+/// How long a switch to a new range map waits for the old shards to reach its cut-over before
+/// the merged watch ends instead (its clients resume).
+const SWITCH_WITHIN: Duration = Duration::from_secs(10);
 
 /// What a merged upstream yields.
 #[derive(Clone, Debug)]
@@ -121,98 +131,200 @@ fn read(i: usize, resp: reqwest::Response, input: mpsc::Sender<(usize, Option<Li
 
 /// Opens every shard's stream after `after` and starts merging them.
 pub async fn open(shards: &Arc<Shards>, spec: &UpstreamSpec, after: u64) -> Result<Result<mpsc::Receiver<Merged>, Response<Body>>, ApiError> {
+    // The epoch first: if the map changes while the streams open, the change is seen after.
+    let mut epochs = shards.epoch_changes();
+    let epoch = epochs.borrow_and_update().epoch;
     let urls = shards.urls();
+    let streams = match open_all(shards, &urls, spec, after).await? {
+        Ok(streams) => streams,
+        Err(answer) => return Ok(Err(answer)),
+    };
+    let (out, rx) = mpsc::channel(OUT_BUFFER);
+    let upstream = Upstream::start(shards.clone(), spec.clone(), urls, after, streams, shards.upstream_epoch(epoch));
+    tokio::spawn(upstream.run(epochs, out));
+    Ok(Ok(rx))
+}
+
+/// Opens a stream after `after` on every shard of `urls`.
+async fn open_all(shards: &Shards, urls: &[String], spec: &UpstreamSpec, after: u64) -> Result<Result<Vec<reqwest::Response>, Response<Body>>, ApiError> {
     let mut streams = Vec::with_capacity(urls.len());
-    for base in &urls {
+    for base in urls {
         match open_one(shards, base, spec, after).await? {
             Ok(resp) => streams.push(resp),
             Err(answer) => return Ok(Err(answer)),
         }
     }
-    let (in_tx, in_rx) = mpsc::channel(1024);
-    for (i, resp) in streams.into_iter().enumerate() {
-        read(i, resp, in_tx.clone());
-    }
-    let (out, rx) = mpsc::channel(OUT_BUFFER);
-    tokio::spawn(run(shards.clone(), spec.clone(), urls, after, in_tx, in_rx, out));
-    Ok(Ok(rx))
+    Ok(Ok(streams))
 }
 
-async fn run(shards: Arc<Shards>, spec: UpstreamSpec, urls: Vec<String>, after: u64, in_tx: mpsc::Sender<(usize, Option<Line>)>, mut in_rx: mpsc::Receiver<(usize, Option<Line>)>, out: mpsc::Sender<Merged>) {
-    let k = urls.len();
-    let mut merge: WatchMerge<Bytes> = WatchMerge::new(k, after, HELD_BACK);
-    let mut ask = tokio::time::interval(PROGRESS_EVERY);
-    let mut asked = vec![tokio::time::Instant::now() - PROGRESS_EVERY; k];
-    let (mut marked, mut marked_at) = (after, tokio::time::Instant::now() - MARK_EVERY);
-    // Asks the shards holding back an event for a mark; never waits for the answer (it comes
-    // in-band on their streams).
-    let ask_lagging = |merge: &WatchMerge<Bytes>, asked: &mut Vec<tokio::time::Instant>| {
+/// A switch to a new map's shards, waiting for every old shard to vouch for `target`.
+struct Switch {
+    target: u64,
+    deadline: tokio::time::Instant,
+}
+
+/// The merge of one set of shard streams, and what it has yielded.
+struct Upstream {
+    shards: Arc<Shards>,
+    spec: UpstreamSpec,
+    urls: Vec<String>,
+    merge: WatchMerge<Bytes>,
+    in_tx: mpsc::Sender<(usize, Option<Line>)>,
+    in_rx: mpsc::Receiver<(usize, Option<Line>)>,
+    asked: Vec<tokio::time::Instant>,
+    /// What was yielded at the newest RV, to skip once after a switch.
+    handover: Handover<Bytes>,
+    /// Counts this upstream as reading its shards' epoch.
+    _epoch: UpstreamEpoch,
+}
+
+impl Upstream {
+    fn start(shards: Arc<Shards>, spec: UpstreamSpec, urls: Vec<String>, after: u64, streams: Vec<reqwest::Response>, epoch: UpstreamEpoch) -> Self {
+        let (in_tx, in_rx) = mpsc::channel(1024);
+        for (i, resp) in streams.into_iter().enumerate() {
+            read(i, resp, in_tx.clone());
+        }
+        let k = urls.len();
+        Self { shards, spec, urls, merge: WatchMerge::new(k, after, HELD_BACK), in_tx, in_rx, asked: vec![tokio::time::Instant::now() - PROGRESS_EVERY; k], handover: Handover::new(after), _epoch: epoch }
+    }
+
+    /// Asks `shard` for a progress mark, at most every `PROGRESS_EVERY`; never waits for the
+    /// answer (it comes in-band on its stream).
+    fn ask(&mut self, shard: usize) {
         let now = tokio::time::Instant::now();
-        for shard in merge.lagging() {
-            if now.duration_since(asked[shard]) >= PROGRESS_EVERY {
-                asked[shard] = now;
-                let req = shards.http.post(format!("{}{}", urls[shard], spec.progress_path));
-                tokio::spawn(async move {
-                    let _ = req.send().await;
-                });
+        if now.duration_since(self.asked[shard]) >= PROGRESS_EVERY {
+            self.asked[shard] = now;
+            let req = self.shards.http.post(format!("{}{}", self.urls[shard], self.spec.progress_path));
+            tokio::spawn(async move {
+                let _ = req.send().await;
+            });
+        }
+    }
+
+    /// Asks the shards holding back an event for a mark, and while switching the shards that
+    /// have not vouched for the switch's target yet.
+    fn ask_lagging(&mut self, switch: Option<&Switch>) {
+        let mut shards = self.merge.lagging();
+        if let Some(sw) = switch {
+            shards.extend((0..self.urls.len()).filter(|i| self.merge.mark(*i) < sw.target));
+        }
+        for shard in shards {
+            self.ask(shard);
+        }
+    }
+
+    /// Yields every event the merge can release; false once the consumer is gone.
+    async fn release(&mut self, out: &mpsc::Sender<Merged>) -> bool {
+        while let Some((rv, line)) = self.merge.pop() {
+            if !self.handover.admit(rv, &line) {
+                continue;
+            }
+            if out.send(Merged::Event(rv, line)).await.is_err() {
+                return false;
             }
         }
-    };
-    loop {
-        tokio::select! {
-            msg = in_rx.recv() => {
-                let Some((shard, line)) = msg else { return };
-                let input = match line {
-                    Some(Line::Event(rv, bytes)) => ShardInput::Event { rv, item: bytes },
-                    Some(Line::Progress(rv)) => ShardInput::Progress(rv),
-                    Some(Line::Error(bytes)) => {
-                        let _ = out.send(Merged::Error(bytes)).await;
-                        return;
-                    }
-                    None => {
-                        // The shard ended its stream (its request timeout, or it closed us as
-                        // slow): reopen after its mark. If that fails, end: the clients resume.
-                        match open_one(&shards, &urls[shard], &spec, merge.mark(shard)).await {
-                            Ok(Ok(resp)) => {
-                                tracing::debug!(shard, mark = merge.mark(shard), "shard stream reopened");
-                                read(shard, resp, in_tx.clone());
-                                continue;
-                            }
-                            _ => {
-                                tracing::warn!(shard = %urls[shard], "shard stream ended and could not be reopened; ending the merged watch");
-                                ShardInput::Closed
+        true
+    }
+
+    /// Moves to the current map's shards at the merge's watermark `w`: every event up to `w`
+    /// that the old shards sent has been yielded, and the new ones are read from `w` on
+    /// ([`Handover`]). Fails when a new shard cannot serve from there (the upstream then ends
+    /// and its clients resume).
+    async fn switch(&mut self, epochs: &mut tokio::sync::watch::Receiver<MapEpoch>) -> Result<(), String> {
+        let w = self.merge.watermark();
+        let epoch = epochs.borrow_and_update().epoch;
+        let urls = self.shards.urls();
+        let mut handover = self.handover.clone();
+        let from = handover.switch(w);
+        let streams = match open_all(&self.shards, &urls, &self.spec, from).await {
+            Ok(Ok(streams)) => streams,
+            Ok(Err(answer)) => return Err(format!("a shard refused the watch from {from} ({})", answer.status())),
+            Err(e) => return Err(e.message),
+        };
+        let next = Upstream::start(self.shards.clone(), self.spec.clone(), urls, from, streams, self.shards.upstream_epoch(epoch));
+        // The old streams close as their merge is dropped; the old epoch stops being counted.
+        drop(std::mem::replace(self, next));
+        self.handover = handover;
+        tracing::debug!(epoch, at = w, path = %self.spec.path, "merged watch switched to the new map's shards");
+        Ok(())
+    }
+}
+
+impl Upstream {
+    /// Merges until the consumer leaves, a shard sends an ERROR or breaks, or a switch to a new
+    /// map fails.
+    async fn run(mut self, mut epochs: tokio::sync::watch::Receiver<MapEpoch>, out: mpsc::Sender<Merged>) {
+        let mut tick = tokio::time::interval(PROGRESS_EVERY);
+        let (mut marked, mut marked_at) = (self.merge.watermark(), tokio::time::Instant::now() - MARK_EVERY);
+        let mut switching: Option<Switch> = None;
+        loop {
+            tokio::select! {
+                msg = self.in_rx.recv() => {
+                    let Some((shard, line)) = msg else { return };
+                    let input = match line {
+                        Some(Line::Event(rv, bytes)) => ShardInput::Event { rv, item: bytes },
+                        Some(Line::Progress(rv)) => ShardInput::Progress(rv),
+                        Some(Line::Error(bytes)) => {
+                            let _ = out.send(Merged::Error(bytes)).await;
+                            return;
+                        }
+                        None => {
+                            // The shard ended its stream (its request timeout, or it closed us
+                            // as slow): reopen after its mark. If that fails, end: the clients
+                            // resume.
+                            match open_one(&self.shards, &self.urls[shard], &self.spec, self.merge.mark(shard)).await {
+                                Ok(Ok(resp)) => {
+                                    tracing::debug!(shard, mark = self.merge.mark(shard), "shard stream reopened");
+                                    read(shard, resp, self.in_tx.clone());
+                                    continue;
+                                }
+                                _ => {
+                                    tracing::warn!(shard = %self.urls[shard], "shard stream ended and could not be reopened; ending the merged watch");
+                                    ShardInput::Closed
+                                }
                             }
                         }
+                    };
+                    if let Err(e) = self.merge.push(shard, input) {
+                        tracing::warn!(error = %e, "ending merged watch");
+                        return;
                     }
-                };
-                if let Err(e) = merge.push(shard, input) {
-                    tracing::warn!(error = %e, "ending merged watch");
-                    return;
-                }
-                while let Some((rv, line)) = merge.pop() {
-                    if out.send(Merged::Event(rv, line)).await.is_err() {
+                    if !self.release(&out).await || self.merge.finished() {
                         return;
                     }
                 }
-                if merge.finished() {
+                _ = tick.tick() => {}
+                changed = epochs.changed(), if switching.is_none() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    // Wait until every old shard has sent all it owned up to the cut-over.
+                    let target = epochs.borrow().cutover;
+                    switching = Some(Switch { target, deadline: tokio::time::Instant::now() + SWITCH_WITHIN });
+                }
+                _ = out.closed() => return,
+            }
+            if let Some(sw) = &mut switching {
+                if epochs.has_changed().unwrap_or(false) {
+                    sw.target = sw.target.max(epochs.borrow().cutover);
+                }
+                if self.merge.watermark() >= sw.target && self.merge.bookmark().is_some() {
+                    if let Err(e) = self.switch(&mut epochs).await {
+                        tracing::warn!(error = %e, path = %self.spec.path, "could not switch a merged watch to the new map; ending it (its clients resume)");
+                        return;
+                    }
+                    switching = None;
+                } else if tokio::time::Instant::now() >= sw.deadline {
+                    tracing::warn!(target = sw.target, watermark = self.merge.watermark(), "old shards did not reach the cut-over in time; ending the merged watch (its clients resume)");
                     return;
                 }
-                if let Some(m) = merge.bookmark().filter(|m| *m > marked) {
-                    if marked_at.elapsed() >= MARK_EVERY && out.try_send(Merged::Mark(m)).is_ok() {
-                        (marked, marked_at) = (m, tokio::time::Instant::now());
-                    }
-                }
-                ask_lagging(&merge, &mut asked);
             }
-            _ = ask.tick() => {
-                ask_lagging(&merge, &mut asked);
-                if let Some(m) = merge.bookmark().filter(|m| *m > marked) {
-                    if marked_at.elapsed() >= MARK_EVERY && out.try_send(Merged::Mark(m)).is_ok() {
-                        (marked, marked_at) = (m, tokio::time::Instant::now());
-                    }
+            self.ask_lagging(switching.as_ref());
+            if let Some(m) = self.merge.bookmark().filter(|m| *m > marked) {
+                if marked_at.elapsed() >= MARK_EVERY && out.try_send(Merged::Mark(m)).is_ok() {
+                    (marked, marked_at) = (m, tokio::time::Instant::now());
                 }
             }
-            _ = out.closed() => return,
         }
     }
 }

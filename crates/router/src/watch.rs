@@ -3,8 +3,8 @@
 //! client's resourceVersion, from a shared [hub](crate::hub) when one covers that RV and from an
 //! upstream of its own otherwise; bookmarks at the merge's progress marks; the client's
 //! `timeoutSeconds` (else a random 30–60 minutes, as upstream). A shard ERROR (410) is passed
-//! on; a broken shard stream ends the client's watch cleanly at the last RV it was sent, and so
-//! does a change of the range map's epoch (RFC 0006), after a bookmark at its mark.
+//! on; a broken shard stream ends the client's watch cleanly at the last RV it was sent. A
+//! change of the range map goes unnoticed: the upstream switches shards under it (RFC 0006).
 
 use crate::forward::Shards;
 use crate::hub::Subscription;
@@ -108,7 +108,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
         timeout: shard_watch::watch_timeout(o.timeout_seconds, Duration::from_secs(1800)),
         _registered: Registered::new(registered),
     };
-    tokio::spawn(client.run(initial, source, tx, shards.epoch_changes()));
+    tokio::spawn(client.run(initial, source, tx));
     let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<Bytes, std::convert::Infallible>));
     let mut r = Response::new(body);
     *r.status_mut() = StatusCode::OK;
@@ -147,8 +147,7 @@ impl Drop for Registered {
 }
 
 impl Client {
-    async fn run(self, initial: Option<Vec<Bytes>>, mut source: Source, tx: mpsc::Sender<Bytes>, mut epochs: tokio::sync::watch::Receiver<u64>) {
-        epochs.mark_unchanged();
+    async fn run(self, initial: Option<Vec<Bytes>>, mut source: Source, tx: mpsc::Sender<Bytes>) {
         let deadline = tokio::time::sleep(self.timeout);
         tokio::pin!(deadline);
         if let Some(items) = initial {
@@ -194,15 +193,6 @@ impl Client {
                 }
                 _ = &mut deadline => return,
                 _ = tx.closed() => return,
-                _ = epochs.changed() => {
-                    // The range map changed under this watch: its shard streams are the old
-                    // map's. It ends cleanly, after a bookmark at its mark when the client takes
-                    // them, and the client resumes under the new map (RFC 0006).
-                    if self.allow_bookmarks && mark > bookmarked && mark >= sent {
-                        let _ = tx.send(watch_event::bookmark(&self.info, mark, false)).await;
-                    }
-                    return;
-                }
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The cache proper: current objects, bounded history, LIST at a revision, watcher fan-out.
 
-use crate::filter::Filter;
+use crate::filter::{Filter, Owned};
 use crate::object::CachedObject;
+use shardplane_keyspace::RangeSet;
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Bound;
 use std::sync::{Arc, RwLock};
@@ -55,6 +56,28 @@ pub struct CacheEvent {
     /// The object before the change.
     pub prev: Option<Arc<CachedObject>>,
     at: Instant,
+}
+
+/// A change of a range before its cache took it over, read from etcd (see
+/// [`WatchCache::adopt`]).
+#[derive(Debug)]
+pub struct PastChange {
+    /// The object after the change; for a delete, its last state stamped with the deletion RV.
+    pub object: CachedObject,
+    /// The object before the change (none for a create).
+    pub prev: Option<CachedObject>,
+    pub deleted: bool,
+}
+
+impl PastChange {
+    fn into_event(self, at: Instant) -> Arc<CacheEvent> {
+        let kind = match (self.deleted, &self.prev) {
+            (true, _) => EventType::Deleted,
+            (false, Some(_)) => EventType::Modified,
+            (false, None) => EventType::Added,
+        };
+        Arc::new(CacheEvent { rv: self.object.rv, kind, object: Arc::new(self.object), prev: self.prev.map(Arc::new), at })
+    }
 }
 
 /// What a watcher receives.
@@ -118,8 +141,12 @@ struct Slot {
 struct Inner {
     objects: BTreeMap<Box<str>, Arc<CachedObject>>,
     history: VecDeque<Arc<CacheEvent>>,
-    /// Every event with a revision above this is in `history`.
+    /// Every event with a revision above this is in `history`...
     history_start: u64,
+    /// ...except for ranges taken over while running (RFC 0006), whose changes are there only
+    /// from the revision each joined at: a LIST or watch that may show such a range is refused
+    /// below it. Dropped once the history starts above it.
+    joined: Vec<(Owned, u64)>,
     synced: u64,
     ready: bool,
     bytes: usize,
@@ -171,6 +198,7 @@ impl WatchCache {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
                 history_start: 0,
+                joined: Vec::new(),
                 synced: 0,
                 ready: false,
                 bytes: 0,
@@ -205,6 +233,7 @@ impl WatchCache {
         g.objects = objects.into_iter().map(|o| (o.key.clone(), Arc::new(o))).collect();
         g.history.clear();
         g.history_start = rv;
+        g.joined.clear();
         g.synced = rv;
         g.ready = true;
         let closed = g.watchers.len() as u64;
@@ -214,13 +243,16 @@ impl WatchCache {
         self.synced_tx.send_replace(rv);
     }
 
-    /// Takes over `objects`, the state at `rv` of keys this cache did not hold (a range its shard
-    /// takes over, RFC 0006), without events: they did not change, they moved. `rv` must be the
-    /// synced revision, so the cache stays one snapshot; the caller follows the new keys' changes
-    /// from `rv` on. History restarts at `rv`: the cache cannot say what the new keys were
-    /// before, so older LISTs and watches get 410 (open watchers go on, they are past it).
-    /// Returns false (and changes nothing) if the cache has moved past `rv`.
-    pub fn adopt(&self, objects: Vec<CachedObject>, rv: u64) -> bool {
+    /// Takes over `objects`, the state at `rv` of the keys of `joining` (ranges its shard takes
+    /// over, RFC 0006), without events: they did not change, they moved. `rv` must be the synced
+    /// revision, so the cache stays one snapshot; the caller follows the new keys' changes from
+    /// `rv` on. `past`: their changes after the history's start up to `rv`, read from etcd,
+    /// which join the history so that watches and LISTs from before `rv` still serve; without
+    /// them such reads that may show the new keys are refused (410) below `rv`. Open watchers
+    /// never start seeing the new keys: they were opened on what the shard held then, and a
+    /// merged stream counts on each shard sending exactly that. Returns false (and changes
+    /// nothing) if the cache has moved past `rv`.
+    pub fn adopt(&self, objects: Vec<CachedObject>, rv: u64, joining: Owned, past: Option<Vec<PastChange>>) -> bool {
         let mut g = self.write();
         if rv != g.synced || !g.ready {
             return false;
@@ -231,9 +263,36 @@ impl WatchCache {
                 g.bytes -= old.bytes.len();
             }
         }
-        g.history.clear();
-        g.history_start = rv;
+        for w in &mut g.watchers {
+            let before = w.filter.owned.take().map_or_else(RangeSet::full, |o| o.ranges);
+            let ranges = joining.ranges.ranges().iter().fold(before, |set, r| set.without(*r));
+            w.filter.owned = Some(Owned { group: joining.group, plural: joining.plural, ranges });
+        }
+        match past {
+            Some(past) => {
+                let start = g.history_start;
+                let now = Instant::now();
+                let mut joined: VecDeque<Arc<CacheEvent>> = VecDeque::with_capacity(g.history.len() + past.len());
+                let mut past = past.into_iter().filter(|c| c.object.rv > start && c.object.rv <= rv).map(|c| c.into_event(now)).peekable();
+                for e in std::mem::take(&mut g.history) {
+                    while past.peek().is_some_and(|p| p.rv < e.rv) {
+                        joined.push_back(past.next().expect("peeked"));
+                    }
+                    joined.push_back(e);
+                }
+                joined.extend(past);
+                g.history = joined;
+                Self::evict(&mut g, &self.config);
+            }
+            None => g.joined.push((joining, rv)),
+        }
         true
+    }
+
+    /// The oldest revision from which the history has every change `filter` may select.
+    fn history_floor(g: &Inner, filter: &Filter) -> u64 {
+        let may_show = |j: &Owned| filter.owned.as_ref().is_none_or(|o| j.ranges.ranges().iter().any(|r| o.ranges.overlaps(r)));
+        g.joined.iter().filter(|(j, _)| may_show(j)).map(|(_, at)| *at).fold(g.history_start, u64::max)
     }
 
     /// Lets go, without events, of the objects `leaving` selects (a range its shard handed to
@@ -323,6 +382,8 @@ impl WatchCache {
                 break;
             }
         }
+        let start = g.history_start;
+        g.joined.retain(|(_, at)| *at > start);
     }
 
     /// Evicts history older than the window (called periodically so an idle cache shrinks).
@@ -397,8 +458,9 @@ impl WatchCache {
         if rv > g.synced {
             return Err(CacheError::TooNew { requested: rv, current: g.synced });
         }
-        if rv < g.history_start {
-            return Err(CacheError::TooOld { requested: rv, oldest: g.history_start });
+        let oldest = Self::history_floor(&g, filter);
+        if rv < oldest {
+            return Err(CacheError::TooOld { requested: rv, oldest });
         }
         // State at rv = current state, except keys changed after rv, which take the value before
         // their first later change.
@@ -470,8 +532,9 @@ impl WatchCache {
         let mut backlog = VecDeque::new();
         let (start_rv, initial_events) = match after {
             Some(rv) => {
-                if rv < g.history_start {
-                    return Err(CacheError::TooOld { requested: rv, oldest: g.history_start });
+                let oldest = Self::history_floor(&g, &filter);
+                if rv < oldest {
+                    return Err(CacheError::TooOld { requested: rv, oldest });
                 }
                 if rv > g.synced {
                     return Err(CacheError::TooNew { requested: rv, current: g.synced });

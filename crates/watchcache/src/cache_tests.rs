@@ -199,31 +199,87 @@ proptest! {
 }
 
 
-/// A range taken over joins the cache as the state at the synced revision, without events;
-/// older revisions are then refused (the cache cannot say what the new keys were), and letting a
-/// range go drops its objects without events and ends open watchers.
+/// The range of hashes from `a`'s to `b`'s (inclusive), in either order.
+fn range_between(a: u64, b: u64) -> shardplane_keyspace::HashRange {
+    shardplane_keyspace::HashRange::new(a.min(b), a.max(b) as u128 + 1).unwrap()
+}
+
+/// A range taken over joins the cache as the state at the synced revision, without events.
+/// Without its past changes, revisions before it are refused only to LISTs and watches that may show the new range; open
+/// watchers never start seeing it; letting a range go drops its objects without events and ends
+/// open watchers.
 #[test]
 fn adopt_and_release_move_objects_without_events() {
+    use shardplane_keyspace::{placement_hash, RangeSet};
+    let h = |name: &str| placement_hash("", "configmaps", "ns", name);
+    let r = range_between(h("moved"), h("moved2"));
+    assert!(!r.contains(h("mine")), "the test's names put `mine` outside the moved range");
+    let only = |set: RangeSet| Filter { owned: Some(Owned { group: "", plural: "configmaps", ranges: set }), ..Filter::default() };
+    let before_move = RangeSet::full().without(r);
     let cache = WatchCache::new(CacheConfig::default());
     cache.replace(vec![obj("ns", "mine", "red", 5)], 10);
     cache.apply(obj("ns", "mine", "blue", 11), false);
     let mut w = cache.watch(Some(11), Filter::default(), false).unwrap();
+    let joining = || Owned { group: "", plural: "configmaps", ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
     // Not at the synced revision: refused, nothing changes.
-    assert!(!cache.adopt(vec![obj("ns", "moved", "red", 3)], 10));
+    assert!(!cache.adopt(vec![obj("ns", "moved", "red", 3)], 10, joining(), None));
     assert!(cache.get("ns", "moved").is_none());
-    assert!(cache.adopt(vec![obj("ns", "moved", "red", 3), obj("ns", "moved2", "red", 4)], 11));
+    assert!(cache.adopt(vec![obj("ns", "moved", "red", 3), obj("ns", "moved2", "red", 4)], 11, joining(), None));
     assert_eq!(cache.stats().objects, 3);
     assert!(w.rx.try_recv().is_err(), "adopted objects are not events");
     let names = |p: ListPage| p.items.iter().map(|o| o.name().to_owned()).collect::<Vec<_>>();
     assert_eq!(names(cache.list(None, &Filter::default(), None, None, false).unwrap()), ["mine", "moved", "moved2"]);
+    // Before the adoption: refused to what may show the new range, served to what may not.
     assert!(matches!(cache.list(Some(10), &Filter::default(), None, None, false), Err(CacheError::TooOld { requested: 10, oldest: 11 })));
-    // Changes after the adoption are events as any other.
+    assert!(matches!(cache.watch(Some(10), only(RangeSet::full()), false), Err(CacheError::TooOld { requested: 10, oldest: 11 })));
+    assert_eq!(names(cache.list(Some(10), &only(before_move.clone()), None, None, false).unwrap()), ["mine"]);
+    let mut old_keys = cache.watch(Some(10), only(before_move), false).unwrap();
+    assert!(matches!(old_keys.backlog.pop_front(), Some(WatchMsg::Event(EventType::Modified, o)) if o.name() == "mine"), "the history before the adoption serves what it has");
+    let mut new_watch = cache.watch(Some(11), Filter::default(), false).unwrap();
+    // Changes after the adoption are events to watches opened since, never to older ones.
     cache.apply(obj("ns", "moved", "blue", 12), false);
-    assert!(matches!(w.rx.try_recv(), Ok(WatchMsg::Event(EventType::Modified, o)) if o.name() == "moved"));
+    cache.apply(obj("ns", "mine", "green", 13), false);
+    assert!(matches!(new_watch.rx.try_recv(), Ok(WatchMsg::Event(EventType::Modified, o)) if o.name() == "moved"));
+    assert!(matches!(new_watch.rx.try_recv(), Ok(WatchMsg::Event(EventType::Modified, o)) if o.name() == "mine"));
+    assert!(matches!(w.rx.try_recv(), Ok(WatchMsg::Event(EventType::Modified, o)) if o.name() == "mine"), "the open watcher skips the adopted key's change");
+    assert!(matches!(old_keys.rx.try_recv(), Ok(WatchMsg::Event(EventType::Modified, o)) if o.name() == "mine"));
     let bytes_before = cache.stats().bytes;
     assert_eq!(cache.release(|o| o.name().starts_with("moved")), 2);
     assert_eq!(names(cache.list(None, &Filter::default(), None, None, false).unwrap()), ["mine"]);
     assert!(cache.stats().bytes < bytes_before);
     assert_eq!(cache.stats().watchers, 0);
     assert!(matches!(w.rx.try_recv(), Err(tokio::sync::mpsc::error::TryRecvError::Disconnected)));
+}
+
+/// A range taken over with its past changes joins the history too: a watch from before the
+/// adoption gets them, in revision order among the cache's own, and nothing is refused.
+#[test]
+fn a_range_adopted_with_its_past_serves_watches_from_before() {
+    use shardplane_keyspace::{placement_hash, RangeSet};
+    let h = |name: &str| placement_hash("", "configmaps", "ns", name);
+    let r = range_between(h("moved"), h("moved2"));
+    assert!(!r.contains(h("mine")));
+    let cache = WatchCache::new(CacheConfig::default());
+    cache.replace(vec![obj("ns", "mine", "red", 5)], 10);
+    cache.apply(obj("ns", "mine", "blue", 12), false);
+    cache.progress(14);
+    let past = vec![
+        PastChange { object: obj("ns", "moved", "red", 11), prev: None, deleted: false },
+        PastChange { object: obj("ns", "moved", "blue", 13), prev: Some(obj("ns", "moved", "red", 11)), deleted: false },
+        PastChange { object: obj("ns", "moved2", "red", 14), prev: Some(obj("ns", "moved2", "red", 3)), deleted: true },
+        // Not after the history's start: already in the state, never an event.
+        PastChange { object: obj("ns", "moved2", "red", 9), prev: None, deleted: false },
+    ];
+    let joining = Owned { group: "", plural: "configmaps", ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
+    assert!(cache.adopt(vec![obj("ns", "moved", "blue", 13)], 14, joining, Some(past)));
+    let mut w = cache.watch(Some(10), Filter::default(), false).unwrap();
+    let mut got = Vec::new();
+    while let Some(WatchMsg::Event(kind, o)) = w.backlog.pop_front() {
+        got.push((kind, o.name().to_owned(), o.rv));
+    }
+    assert_eq!(got, [(EventType::Added, "moved".to_owned(), 11), (EventType::Modified, "mine".to_owned(), 12), (EventType::Modified, "moved".to_owned(), 13), (EventType::Deleted, "moved2".to_owned(), 14)]);
+    let names = |p: ListPage| p.items.iter().map(|o| o.name().to_owned()).collect::<Vec<_>>();
+    // moved2 lived from before the history (RV 3) to its delete at 14; moved from 11.
+    assert_eq!(names(cache.list(Some(11), &Filter::default(), None, None, false).unwrap()), ["mine", "moved", "moved2"]);
+    assert_eq!(names(cache.list(Some(10), &Filter::default(), None, None, false).unwrap()), ["mine", "moved2"]);
 }

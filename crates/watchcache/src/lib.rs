@@ -15,6 +15,6 @@ mod filter;
 mod object;
 pub mod reflector;
 
-pub use cache::{CacheConfig, CacheError, CacheEvent, CacheStats, EventType, ListPage, WatchCache, WatchMsg, Watcher};
+pub use cache::{CacheConfig, CacheError, CacheEvent, CacheStats, EventType, ListPage, PastChange, WatchCache, WatchMsg, Watcher};
 pub use filter::{Filter, Owned};
 pub use object::{decode_object, CachedObject, ObjectCodec};

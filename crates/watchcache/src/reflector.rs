@@ -4,7 +4,8 @@
 //! revision was compacted. While it runs, it can take over a range and let one go
 //! ([`Command`], RFC 0006) without relisting what it already holds.
 
-use crate::cache::WatchCache;
+use crate::cache::{PastChange, WatchCache};
+use crate::filter::Owned;
 use crate::object::ObjectCodec;
 use shardplane_keyspace::etcd_layout::{parse_object_key, range_keys};
 use shardplane_keyspace::{placement_hash, HashRange, RangeSet};
@@ -199,8 +200,19 @@ async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
             match storage.list_range(&start, &end, at).await {
                 Ok((kvs, _)) => {
                     // Keys of `r` the cache already follows are not read twice.
-                    let objects = decode_all(codec, kvs.into_iter().filter(|kv| parse_object_key(range.group, range.plural, &kv.key).is_some_and(|(h, _, _)| !followed.contains(h))));
-                    if !cache.adopt(objects, at) {
+                    let new_key = |key: &[u8]| parse_object_key(range.group, range.plural, key).is_some_and(|(h, _, _)| !followed.contains(h));
+                    let objects = decode_all(codec, kvs.into_iter().filter(|kv| new_key(&kv.key)));
+                    // Their changes since the history's start, so that watches from before `at`
+                    // still serve them; if etcd no longer has them, such watches get 410.
+                    let past = match past_changes(storage, codec, &start, &end, cache.oldest(), at).await {
+                        Ok(changes) => Some(changes.into_iter().filter(|(key, _)| new_key(key)).map(|(_, c)| c).collect()),
+                        Err(e) => {
+                            tracing::info!(resource = range.plural, range = %r, error = %e, "the range's recent changes are gone from etcd; older watches of it will get 410");
+                            None
+                        }
+                    };
+                    let joining = Owned { group: range.group, plural: range.plural, ranges: RangeSet::from_disjoint(vec![r]).expect("one range") };
+                    if !cache.adopt(objects, at, joining, past) {
                         // Only this loop moves the cache, so this cannot happen; if it did, the
                         // range is refused rather than joined at the wrong revision.
                         let _ = reply.send(Err(StorageError::Etcd(format!("the cache moved past revision {at} while loading {r}"))));
@@ -227,6 +239,56 @@ async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
             None
         }
     }
+}
+
+/// How long reading a range's past changes from etcd may take.
+const PAST_WITHIN: Duration = Duration::from_secs(10);
+
+/// The changes of `[start, end)` after `from` up to `to`, from etcd's history, each with its
+/// key; an error if etcd has compacted them away, cannot be read, or a change cannot be decoded.
+async fn past_changes(storage: &Storage, codec: &ObjectCodec, start: &[u8], end: &[u8], from: u64, to: u64) -> Result<Vec<(Vec<u8>, PastChange)>, StorageError> {
+    let mut out = Vec::new();
+    if from >= to {
+        return Ok(out);
+    }
+    let decode = |bytes: &[u8], rv: u64| codec.decode(bytes, rv).map_err(|e| StorageError::Etcd(format!("undecodable past change: {e}")));
+    let read = async {
+        let mut watch = storage.watch_range(start, end, from).await?;
+        // etcd answers a progress request only once the watch has sent its history, so the
+        // first mark at or past `to` says every change up to `to` has arrived; it drops
+        // requests made before then, so they are repeated.
+        let mut ask = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            let item = tokio::select! {
+                item = watch.next() => item?,
+                _ = ask.tick() => {
+                    watch.request_progress().await?;
+                    continue;
+                }
+            };
+            match item {
+                Some(WatchItem::Events(events)) => {
+                    for e in events {
+                        if e.revision > to {
+                            return Ok(());
+                        }
+                        let prev = e.prev.as_ref().map(|p| decode(&p.value, p.mod_revision)).transpose()?;
+                        let object = match (e.deleted, &e.prev) {
+                            (false, _) => decode(&e.kv.value, e.revision)?,
+                            (true, Some(p)) => decode(&p.value, e.revision)?,
+                            (true, None) => return Err(StorageError::Etcd("a past delete came without its object".into())),
+                        };
+                        out.push((e.kv.key, PastChange { object, prev, deleted: e.deleted }));
+                    }
+                }
+                Some(WatchItem::Progress(r)) if r >= to => return Ok(()),
+                Some(WatchItem::Progress(_)) => {}
+                None => return Err(StorageError::Etcd("watch stream ended".into())),
+            }
+        }
+    };
+    tokio::time::timeout(PAST_WITHIN, read).await.map_err(|_| StorageError::Etcd(format!("reading changes after {from} took over {PAST_WITHIN:?}")))??;
+    Ok(out)
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
