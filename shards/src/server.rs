@@ -93,6 +93,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     let shard_for_members = shard.clone();
     let app = router(shard, limits);
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    shard_for_members.set_url(format!("http://{}", listener.local_addr()?));
     on_listen(listener.local_addr()?);
     tracing::info!(id = %config.id, addr = %listener.local_addr()?, ranges = %config.ranges, "shard serving");
     if !config.standalone {

@@ -56,6 +56,12 @@ pub struct Shard {
     moved: std::sync::atomic::AtomicBool,
     /// What the stored range map says about this shard (followed from etcd).
     map: std::sync::RwLock<MapView>,
+    /// The URL this process serves at, once it listens: a stored map that lists this shard at
+    /// another URL was written for an earlier process and is not followed (see `apply_map`).
+    url: std::sync::OnceLock<String>,
+    /// An etcd revision from before this process followed the map: a map whose epoch began
+    /// after it was written knowing this process could be running.
+    started: std::sync::atomic::AtomicU64,
     pub resources: Vec<Arc<ResourceInfo>>,
     served: HashMap<(&'static str, &'static str), Served>,
     pub shutdown: CancellationToken,
@@ -92,6 +98,8 @@ impl Shard {
             changing: tokio::sync::Mutex::new(()),
             ranges_changed: tokio::sync::Notify::new(),
             moved: std::sync::atomic::AtomicBool::new(false),
+            url: std::sync::OnceLock::new(),
+            started: std::sync::atomic::AtomicU64::new(u64::MAX),
             map: std::sync::RwLock::new(MapView::default()),
             resources,
             served,
@@ -112,11 +120,34 @@ impl Shard {
         self.map.read().unwrap_or_else(|p| p.into_inner()).epoch
     }
 
-    fn apply_map(&self, map: &StoredRangeMap) {
+    /// Records the URL this process serves at.
+    pub fn set_url(&self, url: String) {
+        let _ = self.url.set(url);
+    }
+
+    /// Whether `map` was written for this process: it lists this shard at its URL; or it does
+    /// not list it, and either the shard holds nothing (it joined with no range; moves bring
+    /// ranges to it) or the map's epoch began after this process started (a layout without
+    /// it). A map that lists it at another URL, or leaves it out while it holds its `--range`
+    /// from before it started, predates it (a restart with another shard count, before the
+    /// router publishes the new layout; a restart on a new port, before the new address is
+    /// stored): following it would let go of ranges the shard was started with.
+    fn written_for_me(&self, map: &StoredRangeMap) -> bool {
+        match map.shards.iter().find(|s| s.id == self.id) {
+            Some(entry) => self.url.get().is_some_and(|url| *url == entry.url),
+            None => self.ranges().ranges().is_empty() || map.cutover > self.started.load(std::sync::atomic::Ordering::Relaxed),
+        }
+    }
+
+    /// Follows `map` if it was written for this process; false if it was not.
+    fn apply_map(&self, map: &StoredRangeMap) -> bool {
+        if !self.written_for_me(map) {
+            return false;
+        }
         let assigned = map.ranges_of(&self.id);
         let mut view = self.map.write().unwrap_or_else(|p| p.into_inner());
         if map.epoch < view.epoch {
-            return;
+            return true;
         }
         if view.epoch != map.epoch {
             let cached = self.ranges();
@@ -126,13 +157,14 @@ impl Shard {
             tracing::info!(shard = %self.id, epoch = map.epoch, %assigned, "range map epoch");
         }
         *view = MapView { epoch: map.epoch, assigned: Some(assigned) };
+        true
     }
 
     /// Reads the stored range map now (a router routed under a newer epoch than ours).
     pub async fn refresh_map(&self) -> Result<(), ApiError> {
         let stored = self.storage.load_range_map().await.map_err(|e| ApiError::unavailable(format!("storage is unavailable: {e}")))?;
         if let Some(v) = stored {
-            self.apply_map(&v.map);
+            let _ = self.apply_map(&v.map);
         }
         Ok(())
     }
@@ -258,13 +290,25 @@ impl Shard {
 /// the ones the map gives it, and lets go of those it neither owns nor drains. Looks again every
 /// few seconds, so a load that failed (etcd unreachable) is retried.
 async fn follow_range_map(shard: Arc<Shard>) {
+    loop {
+        match shard.storage.current_revision().await {
+            Ok(rev) => {
+                shard.started.store(rev, std::sync::atomic::Ordering::Relaxed);
+                break;
+            }
+            Err(e) => tracing::warn!(error = %e, "reading etcd's revision failed; trying again"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shard.shutdown.cancelled() => return,
+        }
+    }
     let mut rx = shard.storage.follow_range_map();
     let mut again = tokio::time::interval(Duration::from_secs(5));
     loop {
         let map = rx.borrow_and_update().clone();
         if let Some(m) = map {
-            shard.apply_map(&m);
-            if shard.ready() {
+            if shard.apply_map(&m) && shard.ready() {
                 reconcile(&shard, &m).await;
             }
         }

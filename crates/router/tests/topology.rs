@@ -23,9 +23,14 @@ impl Drop for KillOnDrop {
 
 /// The real binary starting 2 shards on `etcd`, writing `kubeconfig`.
 fn spawn_router(etcd: &str, kubeconfig: &std::path::Path) -> KillOnDrop {
+    spawn_router_with(etcd, kubeconfig, 2)
+}
+
+/// The real binary starting `k` shards on `etcd`, writing `kubeconfig`.
+fn spawn_router_with(etcd: &str, kubeconfig: &std::path::Path, k: u32) -> KillOnDrop {
     KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_shard-router"))
-            .args(["--etcd-endpoints", etcd, "--shards", "2", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
+            .args(["--etcd-endpoints", etcd, "--shards", &k.to_string(), "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -138,6 +143,65 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     while !processes_with(&etcd.endpoint).is_empty() {
         assert!(Instant::now() < deadline, "shards outlived a killed router: {:?}", processes_with(&etcd.endpoint));
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Starts the router over `k` shards and waits until it serves; returns it and a client.
+async fn router_over(etcd: &str, kubeconfig: &std::path::Path, k: u32) -> (KillOnDrop, TestShard) {
+    let mut router = spawn_router_with(etcd, kubeconfig, k);
+    let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("router printed its address").unwrap();
+        if let Some(a) = line.strip_prefix("listening on ") {
+            break a.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let r = TestShard::attach(format!("http://{addr}"), addr.parse().unwrap());
+    wait_for(Duration::from_secs(30), || async { client().get(format!("{}/readyz", r.url)).send().await.is_ok_and(|x| x.status() == 200) }).await;
+    (router, r)
+}
+
+/// Stops the router with SIGTERM and waits for it to exit.
+fn stop_router(router: &mut KillOnDrop) {
+    send_signal(router.0.id() as i32, 15);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while router.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "router did not exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `--shards K` changed between runs (RFC 0006): the new shards split the hash space K ways, the
+/// map gets a new epoch with them (and loses the old ones), and every object is still served.
+#[tokio::test]
+async fn the_local_topology_grows_and_shrinks_with_the_shard_count_across_restarts() {
+    let etcd = Etcd::start().await;
+    let storage = shardplane_storage::Storage::connect(&[etcd.endpoint.clone()]).await.unwrap();
+    let dir = std::env::temp_dir().join(format!("shardplane-topology-{}", uuid::Uuid::new_v4()));
+    let kubeconfig = dir.join("kubeconfig");
+    let mut want: Vec<String> = Vec::new();
+    for (run, k) in [2u32, 3, 1, 4].into_iter().enumerate() {
+        let (mut router, r) = router_over(&etcd.endpoint, &kubeconfig, k).await;
+        let map = storage.load_range_map().await.unwrap().unwrap().map;
+        assert_eq!((map.epoch, map.shards.len()), (run as u64 + 1, k as usize), "run {run} over {k} shards: {map:?}");
+        let mut owned: Vec<_> = map.shards.iter().flat_map(|s| s.ranges.clone()).collect();
+        owned.sort_unstable_by_key(|r| r.start());
+        assert_eq!(owned, shardplane_keyspace::HashRange::split_even(k), "run {run}");
+        // Everything written before is served by the new shards, and they take new writes.
+        let (_, list) = r.get("/api/v1/namespaces/default/configmaps").await;
+        let mut names: Vec<String> = list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect();
+        names.sort();
+        assert_eq!(names, want, "run {run} over {k} shards");
+        for i in 0..15 {
+            let name = format!("run{run}-{i}");
+            assert_eq!(r.post("/api/v1/namespaces/default/configmaps", &configmap(&name, serde_json::json!({}))).await.0, 201, "{name}");
+            want.push(name);
+        }
+        want.sort();
+        assert_eq!(r.get(&format!("/api/v1/namespaces/default/configmaps/{}", want[0])).await.0, 200);
+        stop_router(&mut router);
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
