@@ -270,3 +270,46 @@ async fn a_range_moves_to_a_new_shard_and_a_drained_shard_empties_while_the_rout
     assert!(value("shardplane_shard_objects{shard=\"s2\"} ") > 0.0, "{metrics}");
     drop((s0, s1, s2, router));
 }
+
+/// The standalone coordinator leads when no other does, carries out `shardctl add`, and serves
+/// its metrics with `--metrics-listen`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standalone_coordinator_moves_ranges_and_serves_metrics() {
+    let etcd = Etcd::start().await;
+    let storage = Storage::connect(&[etcd.endpoint.clone()]).await.unwrap();
+    let s0 = TestShard::start_shard(shard(&etcd, "s0", HashRange::FULL)).await;
+    s0.namespace("demo").await;
+    for i in 0..10 {
+        assert_eq!(s0.post("/api/v1/namespaces/demo/configmaps", &configmap(&format!("cm-{i}"), serde_json::json!({}))).await.0, 201);
+    }
+    let stored = shardplane_storage::range_map::StoredShard { id: "s0".into(), url: s0.url.clone(), ranges: vec![HashRange::FULL], cordoned: false };
+    shardplane_coordinator::map_store::publish(&storage, vec![stored]).await.unwrap();
+    let s1 = TestShard::start_shard(shardplane_shard::ShardConfig { ranges: RangeSet::default(), ..shard(&etcd, "s1", HashRange::FULL) }).await;
+
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shardplane-coordinator"))
+        .args(["--etcd-endpoints", &etcd.endpoint, "--id", "standalone", "--metrics-listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    let addr = out.next().unwrap().unwrap().strip_prefix("metrics on ").expect("the address it serves metrics at").to_owned();
+    let metrics = || async { client().get(format!("http://{addr}/metrics")).send().await.unwrap().text().await.unwrap() };
+    let value = |text: &str, name: &str| text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse::<f64>().ok());
+    wait_for(Duration::from_secs(20), || async { status(&etcd)["leader"] == "standalone" && value(&metrics().await, "shardplane_range_map_epoch ") == Some(1.0) }).await;
+    // The ConfigMaps and the namespaces.
+    wait_for(Duration::from_secs(20), || async { value(&metrics().await, "shardplane_shard_objects{shard=\"s0\"} ").is_some_and(|n| n >= 11.0) }).await;
+
+    let (code, _, err) = shardctl(&etcd, &["add", "s1"]);
+    assert_eq!(code, 0, "{err}");
+    wait_for(Duration::from_secs(30), || async { value(&metrics().await, "shardplane_range_moves_completed_total ") == Some(1.0) }).await;
+    let text = metrics().await;
+    assert_eq!(value(&text, "shardplane_range_moves_started_total "), Some(1.0), "{text}");
+    assert_eq!(value(&text, "shardplane_range_map_epoch "), Some(2.0), "{text}");
+    let s = status(&etcd);
+    let ranges = |id: &str| s["shards"].as_array().unwrap().iter().find(|x| x["id"] == id).map(|x| x["ranges"].as_array().unwrap().len()).unwrap_or(0);
+    assert!(ranges("s1") > 0, "{s}");
+    let _ = child.kill();
+    let _ = child.wait();
+    drop((s0, s1));
+}

@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use shardplane_coordinator::rebalance::Config;
-use shardplane_coordinator::service::{self, ServiceConfig};
+use shardplane_coordinator::service::{self, CoordinatorMetrics, ServiceConfig};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -25,6 +25,10 @@ struct Args {
     /// Moves started at once.
     #[arg(long, default_value_t = 1)]
     max_moves: usize,
+    /// Serve Prometheus metrics at `http://ADDR/metrics` (moves, epoch, load per shard; the
+    /// move metrics count while this coordinator leads).
+    #[arg(long)]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 #[tokio::main]
@@ -44,14 +48,31 @@ async fn main() -> std::process::ExitCode {
         let _ = tokio::signal::ctrl_c().await;
         token.cancel();
     });
+    let metrics = match args.metrics_listen {
+        None => None,
+        Some(addr) => {
+            let registry = prometheus::Registry::new();
+            let metrics = CoordinatorMetrics::new(&registry);
+            let listener = match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("shardplane-coordinator: --metrics-listen {addr}: {e}");
+                    return std::process::ExitCode::from(1);
+                }
+            };
+            println!("metrics on {}", listener.local_addr().map_or_else(|_| addr.to_string(), |a| a.to_string()));
+            let app = axum::Router::new().route("/metrics", axum::routing::get(move || async move { prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap_or_default() }));
+            let token = stop.clone();
+            tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(token.cancelled_owned()).await });
+            Some(metrics)
+        }
+    };
     let cfg = ServiceConfig {
         id: args.id.unwrap_or_else(|| format!("coordinator-{}", uuid::Uuid::new_v4())),
         ttl: Duration::from_secs(args.lease_ttl_seconds.max(1)),
         period: Duration::from_secs(1),
         plan: Config { automatic: args.automatic, max_moves: args.max_moves.max(1), ..Config::default() },
-        // This process serves no HTTP: while it leads, the move metrics are not exported (a
-        // router's coordinator exports them when it leads).
-        metrics: None,
+        metrics,
     };
     service::run(storage, cfg, stop).await;
     std::process::ExitCode::SUCCESS
