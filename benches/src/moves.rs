@@ -121,8 +121,8 @@ pub async fn run(ctx: &Ctx) -> Section {
     s.target("p99 write latency during a move vs steady state", format!("{ratio:.2}x"), "≤ 2x", ratio <= 2.0);
     if ratio > 2.0 {
         s.line(format!(
-            "**Why the target is missed.** The new owner loads the range inside each resource's reflector: an etcd range read of the range's objects at one revision, their transfer and their decoding, all at once, with the cache held at that revision meanwhile (RFC 0006). On this machine that takes most of the {:.1} s to the flip and saturates the 2 cores shared by etcd, the shards, the router and the writer, so creates queue behind it (p50 barely moves, the tail does). \
-             What would fix it: loading in the background in paced pages while the cache keeps following its other ranges, then catching up the range's events since the load before adding it; the move takes longer and the load's CPU is spread out.\n",
+            "**Why the target is missed.** The new owner reads the range in the background in pages of 100 objects, resting after each as long as it took (RFC 0006), so the load spreads over most of the {:.1} s to the flip; each page is still a burst of etcd range serving and decoding on the 2 cores that etcd, the shards, the router and the writer share, and creates that land in a burst queue behind it (p50 barely moves, the tail does). \
+             What would fix it: a slower pace or smaller pages (the move takes longer), or a machine where the load does not share cores with etcd and the writers.\n",
             flipped.as_secs_f64()
         ));
     }

@@ -71,6 +71,16 @@ pub type Result<T> = std::result::Result<T, StorageError>;
 /// Page size of range reads (keeps each etcd response well under its 4 MiB gRPC limit).
 pub const RANGE_PAGE: i64 = 500;
 
+/// One page of a range read.
+#[derive(Debug)]
+pub struct RangePage {
+    pub kvs: Vec<Kv>,
+    /// The revision the page was read at.
+    pub revision: u64,
+    /// Where the next page starts, if there is more.
+    pub next: Option<Vec<u8>>,
+}
+
 /// A handle on etcd; cheap to clone.
 #[derive(Clone)]
 pub struct Storage {
@@ -151,27 +161,33 @@ impl Storage {
     pub async fn list_range(&self, start: &[u8], end: &[u8], revision: u64) -> Result<(Vec<Kv>, u64)> {
         let mut out = Vec::new();
         let mut from = start.to_vec();
-        let mut rev = revision as i64;
+        let mut rev = revision;
         loop {
-            let mut opts = GetOptions::new().with_range(end.to_vec()).with_limit(RANGE_PAGE);
-            if rev > 0 {
-                opts = opts.with_revision(rev);
+            let page = self.range_page(&from, end, rev, RANGE_PAGE).await?;
+            rev = page.revision;
+            out.extend(page.kvs);
+            match page.next {
+                Some(next) => from = next,
+                None => return Ok((out, rev)),
             }
-            let resp = match self.client.kv_client().get(from.clone(), Some(opts)).await {
-                Ok(r) => r,
-                Err(e) => return Err(compacted_or(e, rev as u64)),
-            };
-            if rev == 0 {
-                rev = resp.header().map_or(0, |h| h.revision());
-            }
-            out.extend(resp.kvs().iter().map(Kv::from_etcd));
-            if !resp.more() || resp.kvs().is_empty() {
-                break;
-            }
-            from = resp.kvs().last().expect("non-empty").key().to_vec();
-            from.push(0);
         }
-        Ok((out, rev as u64))
+    }
+
+    /// One page of `[from, end)` at `revision` (0: current), at most `limit` keys.
+    pub async fn range_page(&self, from: &[u8], end: &[u8], revision: u64, limit: i64) -> Result<RangePage> {
+        let mut opts = GetOptions::new().with_range(end.to_vec()).with_limit(limit);
+        if revision > 0 {
+            opts = opts.with_revision(revision as i64);
+        }
+        let resp = self.client.kv_client().get(from.to_vec(), Some(opts)).await.map_err(|e| compacted_or(e, revision))?;
+        let read_at = if revision > 0 { revision } else { resp.header().map_or(0, |h| h.revision() as u64) };
+        let kvs: Vec<Kv> = resp.kvs().iter().map(Kv::from_etcd).collect();
+        let next = (resp.more() && !kvs.is_empty()).then(|| {
+            let mut k = kvs.last().expect("non-empty").key.clone();
+            k.push(0);
+            k
+        });
+        Ok(RangePage { kvs, revision: read_at, next })
     }
 
     /// Keys only of `[start, end)` at the current revision.

@@ -246,13 +246,13 @@ impl WatchCache {
     /// Takes over `objects`, the state at `rv` of the keys of `joining` (ranges its shard takes
     /// over, RFC 0006), without events: they did not change, they moved. `rv` must be the synced
     /// revision, so the cache stays one snapshot; the caller follows the new keys' changes from
-    /// `rv` on. `past`: their changes after the history's start up to `rv`, read from etcd,
-    /// which join the history so that watches and LISTs from before `rv` still serve; without
-    /// them such reads that may show the new keys are refused (410) below `rv`. Open watchers
+    /// `rv` on. `past`: every change of those keys after `past_from` up to `rv`, read from
+    /// etcd, which joins the history so that watches and LISTs from then on still serve; from
+    /// before `past_from`, those that may show the new keys are refused (410). Open watchers
     /// never start seeing the new keys: they were opened on what the shard held then, and a
     /// merged stream counts on each shard sending exactly that. Returns false (and changes
     /// nothing) if the cache has moved past `rv`.
-    pub fn adopt(&self, objects: Vec<CachedObject>, rv: u64, joining: Owned, past: Option<Vec<PastChange>>) -> bool {
+    pub fn adopt(&self, objects: Vec<CachedObject>, rv: u64, joining: Owned, past_from: u64, past: Vec<PastChange>) -> bool {
         let mut g = self.write();
         if rv != g.synced || !g.ready {
             return false;
@@ -268,25 +268,35 @@ impl WatchCache {
             let ranges = joining.ranges.ranges().iter().fold(before, |set, r| set.without(*r));
             w.filter.owned = Some(Owned { group: joining.group, plural: joining.plural, ranges });
         }
-        match past {
-            Some(past) => {
-                let start = g.history_start;
-                let now = Instant::now();
-                let mut joined: VecDeque<Arc<CacheEvent>> = VecDeque::with_capacity(g.history.len() + past.len());
-                let mut past = past.into_iter().filter(|c| c.object.rv > start && c.object.rv <= rv).map(|c| c.into_event(now)).peekable();
-                for e in std::mem::take(&mut g.history) {
-                    while past.peek().is_some_and(|p| p.rv < e.rv) {
-                        joined.push_back(past.next().expect("peeked"));
-                    }
-                    joined.push_back(e);
-                }
-                joined.extend(past);
-                g.history = joined;
-                Self::evict(&mut g, &self.config);
+        // The past changes join the history in revision order, each dated like the event
+        // before it, so the history stays in time order for eviction.
+        let start = g.history_start;
+        let mut at = g.history.front().map_or_else(Instant::now, |e| e.at);
+        let mut merged: VecDeque<Arc<CacheEvent>> = VecDeque::with_capacity(g.history.len() + past.len());
+        let mut past = past.into_iter().filter(|c| c.object.rv > start.max(past_from) && c.object.rv <= rv).peekable();
+        for e in std::mem::take(&mut g.history) {
+            while past.peek().is_some_and(|p| p.object.rv < e.rv) {
+                merged.push_back(past.next().expect("peeked").into_event(at));
             }
-            None => g.joined.push((joining, rv)),
+            at = e.at;
+            merged.push_back(e);
+        }
+        merged.extend(past.map(|p| p.into_event(at)));
+        g.history = merged;
+        Self::evict(&mut g, &self.config);
+        if past_from > g.history_start {
+            g.joined.push((joining, past_from));
         }
         true
+    }
+
+    /// The newest revision the history had reached `age` ago (its start if it holds nothing
+    /// that old): every change after it is younger than `age`.
+    pub fn revision_before(&self, age: Duration) -> u64 {
+        let g = self.read();
+        let Some(cutoff) = Instant::now().checked_sub(age) else { return g.history_start };
+        let younger = g.history.partition_point(|e| e.at <= cutoff);
+        if younger == 0 { g.history_start } else { g.history[younger - 1].rv }
     }
 
     /// The oldest revision from which the history has every change `filter` may select.

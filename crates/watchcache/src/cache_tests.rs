@@ -222,9 +222,9 @@ fn adopt_and_release_move_objects_without_events() {
     let mut w = cache.watch(Some(11), Filter::default(), false).unwrap();
     let joining = || Owned { group: "", plural: "configmaps", ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
     // Not at the synced revision: refused, nothing changes.
-    assert!(!cache.adopt(vec![obj("ns", "moved", "red", 3)], 10, joining(), None));
+    assert!(!cache.adopt(vec![obj("ns", "moved", "red", 3)], 10, joining(), 10, vec![]));
     assert!(cache.get("ns", "moved").is_none());
-    assert!(cache.adopt(vec![obj("ns", "moved", "red", 3), obj("ns", "moved2", "red", 4)], 11, joining(), None));
+    assert!(cache.adopt(vec![obj("ns", "moved", "red", 3), obj("ns", "moved2", "red", 4)], 11, joining(), 11, vec![]));
     assert_eq!(cache.stats().objects, 3);
     assert!(w.rx.try_recv().is_err(), "adopted objects are not events");
     let names = |p: ListPage| p.items.iter().map(|o| o.name().to_owned()).collect::<Vec<_>>();
@@ -271,7 +271,7 @@ fn a_range_adopted_with_its_past_serves_watches_from_before() {
         PastChange { object: obj("ns", "moved2", "red", 9), prev: None, deleted: false },
     ];
     let joining = Owned { group: "", plural: "configmaps", ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
-    assert!(cache.adopt(vec![obj("ns", "moved", "blue", 13)], 14, joining, Some(past)));
+    assert!(cache.adopt(vec![obj("ns", "moved", "blue", 13)], 14, joining, 10, past));
     let mut w = cache.watch(Some(10), Filter::default(), false).unwrap();
     let mut got = Vec::new();
     while let Some(WatchMsg::Event(kind, o)) = w.backlog.pop_front() {
@@ -282,4 +282,33 @@ fn a_range_adopted_with_its_past_serves_watches_from_before() {
     // moved2 lived from before the history (RV 3) to its delete at 14; moved from 11.
     assert_eq!(names(cache.list(Some(11), &Filter::default(), None, None, false).unwrap()), ["mine", "moved", "moved2"]);
     assert_eq!(names(cache.list(Some(10), &Filter::default(), None, None, false).unwrap()), ["mine", "moved2"]);
+}
+
+/// A range whose past is known only from some revision on: from before it, reads that may show
+/// the range get 410, the others still serve; the history keeps its time order for
+/// `revision_before`.
+#[test]
+fn a_range_adopted_with_part_of_its_past_is_refused_only_before_that_part() {
+    use shardplane_keyspace::{placement_hash, RangeSet};
+    let h = |name: &str| placement_hash("", "configmaps", "ns", name);
+    let r = range_between(h("moved"), h("moved2"));
+    let cache = WatchCache::new(CacheConfig::default());
+    cache.replace(vec![obj("ns", "mine", "red", 5)], 10);
+    cache.apply(obj("ns", "mine", "blue", 11), false);
+    cache.apply(obj("ns", "mine", "green", 13), false);
+    assert_eq!(cache.revision_before(Duration::from_secs(3600)), 10, "nothing in the history is that old");
+    assert_eq!(cache.revision_before(Duration::ZERO), 13);
+    let past = vec![PastChange { object: obj("ns", "moved", "red", 12), prev: None, deleted: false }];
+    let joining = Owned { group: "", plural: "configmaps", ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
+    assert!(cache.adopt(vec![obj("ns", "moved", "red", 12)], 13, joining, 11, past));
+    assert!(matches!(cache.watch(Some(10), Filter::default(), false), Err(CacheError::TooOld { requested: 10, oldest: 11 })));
+    let outside = Filter { owned: Some(Owned { group: "", plural: "configmaps", ranges: RangeSet::full().without(r) }), ..Filter::default() };
+    assert!(cache.watch(Some(10), outside, false).is_ok());
+    let mut w = cache.watch(Some(11), Filter::default(), false).unwrap();
+    let mut got = Vec::new();
+    while let Some(WatchMsg::Event(_, o)) = w.backlog.pop_front() {
+        got.push((o.name().to_owned(), o.rv));
+    }
+    assert_eq!(got, [("moved".to_owned(), 12), ("mine".to_owned(), 13)]);
+    assert_eq!(cache.revision_before(Duration::ZERO), 13);
 }

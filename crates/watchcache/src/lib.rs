@@ -10,6 +10,7 @@
 //! or let one watcher slow another: a watcher whose buffer is full is closed (the client
 //! re-watches from its last resourceVersion).
 
+mod adopt;
 mod cache;
 mod filter;
 mod object;

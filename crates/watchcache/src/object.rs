@@ -8,7 +8,7 @@ use shardplane_apimachinery::selectors::field_value;
 use std::sync::Arc;
 
 /// One object as the cache holds it. Cheap to share (`Arc`), never re-serialized.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CachedObject {
     /// `namespace\0name`: sorts like (namespace, name).
     pub key: Box<str>,
@@ -29,7 +29,7 @@ pub struct CachedObject {
 /// two per label and one per field: a cached object's selector data costs one small buffer.
 /// Layout: label count, then each label key and value, then each field value; every count and
 /// length a u32 (little-endian) before its bytes.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Attrs(Box<[u8]>);
 
 impl Attrs {

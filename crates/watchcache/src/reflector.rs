@@ -4,8 +4,8 @@
 //! revision was compacted. While it runs, it can take over a range and let one go
 //! ([`Command`], RFC 0006) without relisting what it already holds.
 
-use crate::cache::{PastChange, WatchCache};
-use crate::filter::Owned;
+use crate::adopt::{self, Loaded, Loads};
+use crate::cache::WatchCache;
 use crate::object::ObjectCodec;
 use shardplane_keyspace::etcd_layout::{parse_object_key, range_keys};
 use shardplane_keyspace::{placement_hash, HashRange, RangeSet};
@@ -35,7 +35,7 @@ impl KeyRange {
         self.ranges.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set(&self, ranges: RangeSet) {
+    pub(crate) fn set(&self, ranges: RangeSet) {
         *self.ranges.write().unwrap_or_else(|p| p.into_inner()) = ranges;
     }
 
@@ -63,8 +63,8 @@ impl KeyRange {
 
 /// What a running reflector can be asked.
 pub enum Command {
-    /// Take over a range: load it at the synced revision S and follow it from there. Answers S
-    /// (the cache holds the range's state from S on).
+    /// Take over a range: load it in the background, then join it at the synced revision S and
+    /// follow it from there (`adopt`). Answers S (the cache holds the range's state from S on).
     Adopt(HashRange, oneshot::Sender<Result<u64, StorageError>>),
     /// Let a range go: stop following it and drop its objects. Answers how many left.
     Release(HashRange, oneshot::Sender<usize>),
@@ -83,8 +83,9 @@ enum Followed {
 pub async fn run(storage: Storage, cache: Arc<WatchCache>, codec: ObjectCodec, range: KeyRange, mut commands: mpsc::Receiver<Command>, shutdown: CancellationToken) {
     let resource = codec.info().plural;
     let mut backoff = Duration::from_millis(100);
+    let mut loads = Loads::new();
     while !shutdown.is_cancelled() {
-        match sync_once(&storage, &cache, &codec, &range, &mut commands, &shutdown).await {
+        match sync_once(&storage, &cache, &codec, &range, &mut commands, &mut loads, &shutdown).await {
             Ok(()) => return,
             Err(e) => {
                 tracing::warn!(resource, error = %e, "watch cache lost etcd; relisting");
@@ -99,7 +100,7 @@ pub async fn run(storage: Storage, cache: Arc<WatchCache>, codec: ObjectCodec, r
 }
 
 /// Lists the followed keys into the cache, then follows their changes until shutdown.
-async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, commands: &mut mpsc::Receiver<Command>, shutdown: &CancellationToken) -> Result<(), StorageError> {
+async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, commands: &mut mpsc::Receiver<Command>, loads: &mut Loads, shutdown: &CancellationToken) -> Result<(), StorageError> {
     let (start, end) = range.hull();
     let (kvs, rev) = storage.list_range(&start, &end, 0).await?;
     // Consumed here: the stored bytes must not outlive the decode (this function then follows
@@ -109,19 +110,19 @@ async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
     tracing::debug!(resource = codec.info().plural, revision = rev, "watch cache loaded");
     let mut from = rev;
     loop {
-        match follow(storage, cache, codec, range, from, commands, shutdown).await? {
+        match follow(storage, cache, codec, range, from, commands, loads, shutdown).await? {
             Followed::Stopped => return Ok(()),
             Followed::Restart(at) => from = at,
         }
     }
 }
 
-fn decode_all(codec: &ObjectCodec, kvs: impl Iterator<Item = shardplane_storage::Kv>) -> Vec<crate::object::CachedObject> {
+pub(crate) fn decode_all(codec: &ObjectCodec, kvs: impl Iterator<Item = shardplane_storage::Kv>) -> Vec<crate::object::CachedObject> {
     kvs.filter_map(|kv| codec.decode(&kv.value, kv.mod_revision).map_err(|e| tracing::error!(key = %String::from_utf8_lossy(&kv.key), error = %e, "skipping undecodable object")).ok()).collect()
 }
 
 /// Follows the watch from `from` until shutdown or until a command changes what is followed.
-async fn follow(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, from: u64, commands: &mut mpsc::Receiver<Command>, shutdown: &CancellationToken) -> Result<Followed, StorageError> {
+async fn follow(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, from: u64, commands: &mut mpsc::Receiver<Command>, loads: &mut Loads, shutdown: &CancellationToken) -> Result<Followed, StorageError> {
     let (start, end) = range.hull();
     let watch = storage.watch_range(&start, &end, from).await?;
     let (mut requester, mut stream) = watch.into_parts();
@@ -171,9 +172,16 @@ async fn follow(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, rang
                 None => return Err(StorageError::Etcd("watch stream ended".into())),
             },
             Some(command) = commands.recv() => {
-                if let Some(at) = carry_out(storage, cache, codec, range, command).await {
+                if let Some(at) = carry_out(storage, cache, codec, range, command, loads.sender()).await {
                     // Everything up to `at` is applied; the stream's later events are dropped
                     // with it and come again on the new one.
+                    return Ok(Followed::Restart(at));
+                }
+            }
+            Some(done) = loads.done.recv() => {
+                if let Some(at) = adopt::finish(storage, cache, codec, range, done).await {
+                    // Everything up to `at` is applied, the new range included; the stream's
+                    // later events come again on the new one.
                     return Ok(Followed::Restart(at));
                 }
             }
@@ -185,7 +193,7 @@ async fn follow(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, rang
 
 /// Carries out a command between two events; Some(revision) when the watch must be opened
 /// again from that revision because the followed keys changed.
-async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, command: Command) -> Option<u64> {
+async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, command: Command, loaded: &mpsc::Sender<Loaded>) -> Option<u64> {
     match command {
         Command::Adopt(r, reply) => {
             let followed = range.ranges();
@@ -193,41 +201,10 @@ async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
                 let _ = reply.send(Ok(cache.synced()));
                 return None;
             }
-            // No event is applied while this runs, so the cache stays at `at`: the range read at
-            // `at` joins it as one snapshot, and its changes come on the watch opened after `at`.
-            let at = cache.synced();
-            let (start, end) = range_keys(range.group, range.plural, r);
-            match storage.list_range(&start, &end, at).await {
-                Ok((kvs, _)) => {
-                    // Keys of `r` the cache already follows are not read twice.
-                    let new_key = |key: &[u8]| parse_object_key(range.group, range.plural, key).is_some_and(|(h, _, _)| !followed.contains(h));
-                    let objects = decode_all(codec, kvs.into_iter().filter(|kv| new_key(&kv.key)));
-                    // Their changes since the history's start, so that watches from before `at`
-                    // still serve them; if etcd no longer has them, such watches get 410.
-                    let past = match past_changes(storage, codec, &start, &end, cache.oldest(), at).await {
-                        Ok(changes) => Some(changes.into_iter().filter(|(key, _)| new_key(key)).map(|(_, c)| c).collect()),
-                        Err(e) => {
-                            tracing::info!(resource = range.plural, range = %r, error = %e, "the range's recent changes are gone from etcd; older watches of it will get 410");
-                            None
-                        }
-                    };
-                    let joining = Owned { group: range.group, plural: range.plural, ranges: RangeSet::from_disjoint(vec![r]).expect("one range") };
-                    if !cache.adopt(objects, at, joining, past) {
-                        // Only this loop moves the cache, so this cannot happen; if it did, the
-                        // range is refused rather than joined at the wrong revision.
-                        let _ = reply.send(Err(StorageError::Etcd(format!("the cache moved past revision {at} while loading {r}"))));
-                        return None;
-                    }
-                    range.set(followed.with(r));
-                    tracing::info!(resource = range.plural, range = %r, revision = at, "took over a range");
-                    let _ = reply.send(Ok(at));
-                    Some(at)
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                    None
-                }
-            }
+            // Loaded in the background while this loop goes on following the other ranges;
+            // joined when the load comes back (`adopt::finish`).
+            adopt::start_load(storage.clone(), codec.clone(), range, followed, r, cache.synced(), reply, loaded.clone());
+            None
         }
         Command::Release(r, reply) => {
             range.set(range.ranges().without(r));
@@ -239,56 +216,6 @@ async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
             None
         }
     }
-}
-
-/// How long reading a range's past changes from etcd may take.
-const PAST_WITHIN: Duration = Duration::from_secs(10);
-
-/// The changes of `[start, end)` after `from` up to `to`, from etcd's history, each with its
-/// key; an error if etcd has compacted them away, cannot be read, or a change cannot be decoded.
-async fn past_changes(storage: &Storage, codec: &ObjectCodec, start: &[u8], end: &[u8], from: u64, to: u64) -> Result<Vec<(Vec<u8>, PastChange)>, StorageError> {
-    let mut out = Vec::new();
-    if from >= to {
-        return Ok(out);
-    }
-    let decode = |bytes: &[u8], rv: u64| codec.decode(bytes, rv).map_err(|e| StorageError::Etcd(format!("undecodable past change: {e}")));
-    let read = async {
-        let mut watch = storage.watch_range(start, end, from).await?;
-        // etcd answers a progress request only once the watch has sent its history, so the
-        // first mark at or past `to` says every change up to `to` has arrived; it drops
-        // requests made before then, so they are repeated.
-        let mut ask = tokio::time::interval(Duration::from_millis(50));
-        loop {
-            let item = tokio::select! {
-                item = watch.next() => item?,
-                _ = ask.tick() => {
-                    watch.request_progress().await?;
-                    continue;
-                }
-            };
-            match item {
-                Some(WatchItem::Events(events)) => {
-                    for e in events {
-                        if e.revision > to {
-                            return Ok(());
-                        }
-                        let prev = e.prev.as_ref().map(|p| decode(&p.value, p.mod_revision)).transpose()?;
-                        let object = match (e.deleted, &e.prev) {
-                            (false, _) => decode(&e.kv.value, e.revision)?,
-                            (true, Some(p)) => decode(&p.value, e.revision)?,
-                            (true, None) => return Err(StorageError::Etcd("a past delete came without its object".into())),
-                        };
-                        out.push((e.kv.key, PastChange { object, prev, deleted: e.deleted }));
-                    }
-                }
-                Some(WatchItem::Progress(r)) if r >= to => return Ok(()),
-                Some(WatchItem::Progress(_)) => {}
-                None => return Err(StorageError::Etcd("watch stream ended".into())),
-            }
-        }
-    };
-    tokio::time::timeout(PAST_WITHIN, read).await.map_err(|_| StorageError::Etcd(format!("reading changes after {from} took over {PAST_WITHIN:?}")))??;
-    Ok(out)
 }
 
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

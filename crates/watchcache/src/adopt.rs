@@ -1,0 +1,188 @@
+//! Taking over a range while the cache runs (RFC 0006, step 2). The range is read at one
+//! revision in the background, page by page and paced, while the reflector goes on following
+//! what it holds; then, between two events, it is brought up to the cache's revision with its
+//! changes since the load, and its recent history joins the cache's ([`BACKFILL`]), so that a
+//! watch resumed from a little before the move still serves.
+
+use crate::cache::{PastChange, WatchCache};
+use crate::filter::Owned;
+use crate::object::{CachedObject, ObjectCodec};
+use crate::reflector::{decode_all, KeyRange};
+use shardplane_keyspace::etcd_layout::{parse_object_key, range_keys};
+use shardplane_keyspace::{HashRange, RangeSet};
+use shardplane_storage::{Storage, StorageError, WatchItem};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// How far back a range taken over joins the cache's history: watches resumed from before
+/// that, which may show the range, get 410 (those after a shard's death resume within its
+/// lease, seconds).
+pub const BACKFILL: Duration = Duration::from_secs(30);
+/// Keys read per page of a load.
+const PAGE: i64 = 100;
+
+/// A load that came back.
+pub(crate) struct Loaded {
+    r: HashRange,
+    /// The revision it was read at, and what was read.
+    at: u64,
+    objects: Result<Vec<CachedObject>, StorageError>,
+    reply: oneshot::Sender<Result<u64, StorageError>>,
+}
+
+/// Loads under way: each sends its result here.
+pub(crate) struct Loads {
+    tx: mpsc::Sender<Loaded>,
+    pub(crate) done: mpsc::Receiver<Loaded>,
+}
+
+impl Loads {
+    pub(crate) fn new() -> Self {
+        // One load per range at a time (the shard asks for one range at a time).
+        let (tx, done) = mpsc::channel(4);
+        Self { tx, done }
+    }
+
+    pub(crate) fn sender(&self) -> &mpsc::Sender<Loaded> {
+        &self.tx
+    }
+}
+
+/// Starts reading `r` (less what `followed` already covers) at `at` in the background; the
+/// result comes back on `done`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_load(storage: Storage, codec: ObjectCodec, range: &KeyRange, followed: RangeSet, r: HashRange, at: u64, reply: oneshot::Sender<Result<u64, StorageError>>, done: mpsc::Sender<Loaded>) {
+    let (group, plural) = (range.group, range.plural);
+    tokio::spawn(async move {
+        let objects = load_paced(&storage, &codec, group, plural, &followed, r, at).await;
+        let _ = done.send(Loaded { r, at, objects, reply }).await;
+    });
+}
+
+/// Reads `r`'s objects at `at`, page by page, decoding as it goes; after each page it rests as
+/// long as the page took, so a load uses at most about half a core and the shard's requests
+/// (and everything else on the machine) keep their share.
+async fn load_paced(storage: &Storage, codec: &ObjectCodec, group: &'static str, plural: &'static str, followed: &RangeSet, r: HashRange, at: u64) -> Result<Vec<CachedObject>, StorageError> {
+    let (mut from, end) = range_keys(group, plural, r);
+    let mut out = Vec::new();
+    loop {
+        let began = Instant::now();
+        let page = storage.range_page(&from, &end, at, PAGE).await?;
+        out.extend(decode_all(codec, page.kvs.into_iter().filter(|kv| new_key(group, plural, followed, &kv.key))));
+        tokio::time::sleep(began.elapsed()).await;
+        match page.next {
+            Some(next) => from = next,
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Whether `key` is an object key of the resource outside `followed` (keys the cache already
+/// follows are not taken twice).
+fn new_key(group: &str, plural: &str, followed: &RangeSet, key: &[u8]) -> bool {
+    parse_object_key(group, plural, key).is_some_and(|(h, _, _)| !followed.contains(h))
+}
+
+/// Joins a loaded range to the cache at its synced revision S, between two events: reads the
+/// range's changes since the load (and since [`BACKFILL`] ago) from etcd, applies those after
+/// the load to it, and hands state and changes to [`WatchCache::adopt`]. Answers the caller
+/// and returns S (the reflector then watches from S with the range), or None if it failed.
+pub(crate) async fn finish(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, loaded: Loaded) -> Option<u64> {
+    let Loaded { r, at, objects, reply } = loaded;
+    let fail = |reply: oneshot::Sender<Result<u64, StorageError>>, e: StorageError| {
+        tracing::warn!(resource = range.plural, range = %r, error = %e, "could not take over a range");
+        let _ = reply.send(Err(e));
+        None
+    };
+    let objects = match objects {
+        Ok(o) => o,
+        Err(e) => return fail(reply, e),
+    };
+    let followed = range.ranges();
+    let now = cache.synced();
+    let (start, end) = range_keys(range.group, range.plural, r);
+    // The recent history, if etcd still has it; the changes since the load in any case.
+    let recent = cache.revision_before(BACKFILL).max(cache.oldest()).min(at);
+    let (past_from, changes) = match past_changes(storage, codec, &start, &end, recent, now).await {
+        Ok(c) => (recent, c),
+        Err(e) if recent < at => {
+            tracing::info!(resource = range.plural, range = %r, error = %e, "the range's recent changes are gone from etcd; older watches of it will get 410");
+            match past_changes(storage, codec, &start, &end, at, now).await {
+                Ok(c) => (at, c),
+                Err(e) => return fail(reply, e),
+            }
+        }
+        Err(e) => return fail(reply, e),
+    };
+    let changes: Vec<PastChange> = changes.into_iter().filter(|(key, _)| new_key(range.group, range.plural, &followed, key)).map(|(_, c)| c).collect();
+    // The state at `now`: the load, with the changes after it.
+    let mut state: BTreeMap<Box<str>, CachedObject> = objects.into_iter().map(|o| (o.key.clone(), o)).collect();
+    for c in changes.iter().filter(|c| c.object.rv > at) {
+        if c.deleted {
+            state.remove(&c.object.key);
+        } else {
+            state.insert(c.object.key.clone(), c.object.clone());
+        }
+    }
+    let joining = Owned { group: range.group, plural: range.plural, ranges: RangeSet::from_disjoint(vec![r]).expect("one range") };
+    if !cache.adopt(state.into_values().collect(), now, joining, past_from, changes) {
+        // Only the reflector's loop moves the cache, and it is here.
+        return fail(reply, StorageError::Etcd(format!("the cache moved past revision {now} while taking over {r}")));
+    }
+    range.set(followed.with(r));
+    tracing::info!(resource = range.plural, range = %r, loaded_at = at, revision = now, history_from = past_from, "took over a range");
+    let _ = reply.send(Ok(now));
+    Some(now)
+}
+
+/// How long reading a range's past changes from etcd may take.
+const PAST_WITHIN: Duration = Duration::from_secs(10);
+
+/// The changes of `[start, end)` after `from` up to `to`, from etcd's history, each with its
+/// key; an error if etcd has compacted them away, cannot be read, or a change cannot be decoded.
+pub(crate) async fn past_changes(storage: &Storage, codec: &ObjectCodec, start: &[u8], end: &[u8], from: u64, to: u64) -> Result<Vec<(Vec<u8>, PastChange)>, StorageError> {
+    let mut out = Vec::new();
+    if from >= to {
+        return Ok(out);
+    }
+    let decode = |bytes: &[u8], rv: u64| codec.decode(bytes, rv).map_err(|e| StorageError::Etcd(format!("undecodable past change: {e}")));
+    let read = async {
+        let mut watch = storage.watch_range(start, end, from).await?;
+        // etcd answers a progress request only once the watch has sent its history, so the
+        // first mark at or past `to` says every change up to `to` has arrived; it drops
+        // requests made before then, so they are repeated.
+        let mut ask = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            let item = tokio::select! {
+                item = watch.next() => item?,
+                _ = ask.tick() => {
+                    watch.request_progress().await?;
+                    continue;
+                }
+            };
+            match item {
+                Some(WatchItem::Events(events)) => {
+                    for e in events {
+                        if e.revision > to {
+                            return Ok(());
+                        }
+                        let prev = e.prev.as_ref().map(|p| decode(&p.value, p.mod_revision)).transpose()?;
+                        let object = match (e.deleted, &e.prev) {
+                            (false, _) => decode(&e.kv.value, e.revision)?,
+                            (true, Some(p)) => decode(&p.value, e.revision)?,
+                            (true, None) => return Err(StorageError::Etcd("a past delete came without its object".into())),
+                        };
+                        out.push((e.kv.key, PastChange { object, prev, deleted: e.deleted }));
+                    }
+                }
+                Some(WatchItem::Progress(r)) if r >= to => return Ok(()),
+                Some(WatchItem::Progress(_)) => {}
+                None => return Err(StorageError::Etcd("watch stream ended".into())),
+            }
+        }
+    };
+    tokio::time::timeout(PAST_WITHIN, read).await.map_err(|_| StorageError::Etcd(format!("reading changes after {from} took over {PAST_WITHIN:?}")))??;
+    Ok(out)
+}
+
