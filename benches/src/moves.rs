@@ -121,7 +121,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     s.target("p99 write latency during a move vs steady state", format!("{ratio:.2}x"), "≤ 2x", ratio <= 2.0);
     if ratio > 2.0 {
         s.line(format!(
-            "**Why the target is missed.** The new owner reads the range in the background in pages of 100 objects, resting after each as long as it took (RFC 0006), so the load spreads over most of the {:.1} s to the flip; each page is still a burst of etcd range serving and decoding on the 2 cores that etcd, the shards, the router and the writer share, and creates that land in a burst queue behind it (p50 barely moves, the tail does). \
+            "**Why the target is missed.** The new owner reads the range in the background in pages of 50 objects, resting after each as long as it took (RFC 0006), so the load spreads over most of the {:.1} s to the flip; each page is still a burst of etcd range serving and decoding on the 2 cores that etcd, the shards, the router and the writer share, and creates that land in a burst queue behind it (p50 barely moves, the tail does). \
              What would fix it: a slower pace or smaller pages (the move takes longer), or a machine where the load does not share cores with etcd and the writers.\n",
             flipped.as_secs_f64()
         ));

@@ -138,13 +138,8 @@ async fn resuming_watcher(router: String, mut rv: u64, seen: std::sync::Arc<std:
     while !stop.is_cancelled() {
         let resp = client().get(format!("{router}/api/v1/namespaces/demo/configmaps?watch=1&allowWatchBookmarks=true&resourceVersion={rv}")).send().await.unwrap();
         let mut reader = WatchReader::from_response(resp);
-        loop {
-            let next = tokio::select! {
-                n = reader.next(Duration::from_secs(3600)) => n,
-                _ = stop.cancelled() => return,
-            };
-            let Some(e) = next else { break };
-            let erv: u64 = e["object"]["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
+        while let Some(e) = reader.next_or_stop(&stop).await {
+            let erv = event_rv(&e);
             match e["type"].as_str().unwrap() {
                 "BOOKMARK" => rv = rv.max(erv),
                 "ERROR" => {
@@ -160,6 +155,9 @@ async fn resuming_watcher(router: String, mut rv: u64, seen: std::sync::Arc<std:
                     seen.lock().unwrap().changes.push((kind.to_owned(), e["object"]["metadata"]["name"].as_str().unwrap().to_owned(), erv));
                 }
             }
+        }
+        if stop.is_cancelled() {
+            return;
         }
         seen.lock().unwrap().resumes += 1;
     }
@@ -286,13 +284,23 @@ async fn the_standalone_coordinator_moves_ranges_and_serves_metrics() {
     shardplane_coordinator::map_store::publish(&storage, vec![stored]).await.unwrap();
     let s1 = TestShard::start_shard(shardplane_shard::ShardConfig { ranges: RangeSet::default(), ..shard(&etcd, "s1", HashRange::FULL) }).await;
 
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_shardplane-coordinator"))
-        .args(["--etcd-endpoints", &etcd.endpoint, "--id", "standalone", "--metrics-listen", "127.0.0.1:0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().unwrap()));
+    /// Killed when the test ends, however it ends.
+    struct Coordinator(std::process::Child);
+    impl Drop for Coordinator {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Coordinator(
+        std::process::Command::new(env!("CARGO_BIN_EXE_shardplane-coordinator"))
+            .args(["--etcd-endpoints", &etcd.endpoint, "--id", "standalone", "--metrics-listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = std::io::BufRead::lines(std::io::BufReader::new(child.0.stdout.take().unwrap()));
     let addr = out.next().unwrap().unwrap().strip_prefix("metrics on ").expect("the address it serves metrics at").to_owned();
     let metrics = || async { client().get(format!("http://{addr}/metrics")).send().await.unwrap().text().await.unwrap() };
     let value = |text: &str, name: &str| text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse::<f64>().ok());
@@ -309,7 +317,5 @@ async fn the_standalone_coordinator_moves_ranges_and_serves_metrics() {
     let s = status(&etcd);
     let ranges = |id: &str| s["shards"].as_array().unwrap().iter().find(|x| x["id"] == id).map(|x| x["ranges"].as_array().unwrap().len()).unwrap_or(0);
     assert!(ranges("s1") > 0, "{s}");
-    let _ = child.kill();
-    let _ = child.wait();
-    drop((s0, s1));
+    drop((child, s0, s1));
 }

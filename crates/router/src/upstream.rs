@@ -9,8 +9,9 @@
 //! When the range map's epoch changes (RFC 0006, step 4) the upstream switches to the new map's
 //! shards without its consumers noticing: it asks the old shards for progress until every one
 //! has vouched for the map's cut-over revision, yields what that releases, and reads the new
-//! shards from that watermark on ([`Handover`]). The old owner of a moved range keeps it until every router has switched, so the
-//! old streams are whole up to the watermark and the new ones from it.
+//! shards from that watermark on ([`Handover`]). The old owner of a moved range keeps it until
+//! every router has switched, so the old streams are whole up to the watermark and the new ones
+//! from it.
 
 use crate::forward::{passthrough, refusal, unavailable, MapEpoch, Shards, UpstreamEpoch};
 use axum::body::Body;
@@ -34,6 +35,8 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(2);
 const MARK_EVERY: Duration = Duration::from_millis(50);
 /// Items buffered between the merge and its consumer.
 const OUT_BUFFER: usize = 256;
+/// While switching, shards that have not reached the cut-over are asked for a mark this often.
+const SWITCH_PROGRESS_EVERY: Duration = Duration::from_millis(20);
 /// How long a switch to a new range map waits for the old shards to reach its cut-over before
 /// the merged watch ends instead (its clients resume).
 const SWITCH_WITHIN: Duration = Duration::from_secs(10);
@@ -188,11 +191,11 @@ impl Upstream {
         Self { shards, spec, urls, merge: WatchMerge::new(k, after, HELD_BACK), in_tx, in_rx, asked: vec![tokio::time::Instant::now() - PROGRESS_EVERY; k], handover: Handover::new(after), _epoch: epoch }
     }
 
-    /// Asks `shard` for a progress mark, at most every `PROGRESS_EVERY`; never waits for the
-    /// answer (it comes in-band on its stream).
-    fn ask(&mut self, shard: usize) {
+    /// Asks `shard` for a progress mark unless it was asked less than `every` ago; never waits
+    /// for the answer (it comes in-band on its stream).
+    fn ask(&mut self, shard: usize, every: Duration) {
         let now = tokio::time::Instant::now();
-        if now.duration_since(self.asked[shard]) >= PROGRESS_EVERY {
+        if now.duration_since(self.asked[shard]) >= every {
             self.asked[shard] = now;
             let req = self.shards.http.post(format!("{}{}", self.urls[shard], self.spec.progress_path));
             tokio::spawn(async move {
@@ -204,12 +207,14 @@ impl Upstream {
     /// Asks the shards holding back an event for a mark, and while switching the shards that
     /// have not vouched for the switch's target yet.
     fn ask_lagging(&mut self, switch: Option<&Switch>) {
-        let mut shards = self.merge.lagging();
-        if let Some(sw) = switch {
-            shards.extend((0..self.urls.len()).filter(|i| self.merge.mark(*i) < sw.target));
+        for shard in self.merge.lagging() {
+            self.ask(shard, PROGRESS_EVERY);
         }
-        for shard in shards {
-            self.ask(shard);
+        if let Some(sw) = switch {
+            let behind: Vec<usize> = (0..self.urls.len()).filter(|i| self.merge.mark(*i) < sw.target).collect();
+            for shard in behind {
+                self.ask(shard, SWITCH_PROGRESS_EVERY);
+            }
         }
     }
 
@@ -248,9 +253,7 @@ impl Upstream {
         tracing::debug!(epoch, at = w, path = %self.spec.path, "merged watch switched to the new map's shards");
         Ok(())
     }
-}
 
-impl Upstream {
     /// Merges until the consumer leaves, a shard sends an ERROR or breaks, or a switch to a new
     /// map fails.
     async fn run(mut self, mut epochs: tokio::sync::watch::Receiver<MapEpoch>, out: mpsc::Sender<Merged>) {

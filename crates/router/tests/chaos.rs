@@ -95,13 +95,8 @@ async fn watcher(router: String, w: Arc<Mutex<Watched>>, stop: CancellationToken
             }
         };
         let mut reader = WatchReader::from_response(resp);
-        loop {
-            let next = tokio::select! {
-                n = reader.next(Duration::from_secs(3600)) => n,
-                _ = stop.cancelled() => return,
-            };
-            let Some(e) = next else { break };
-            let erv: u64 = e["object"]["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
+        while let Some(e) = reader.next_or_stop(&stop).await {
+            let erv = event_rv(&e);
             let mut w = w.lock().unwrap();
             match e["type"].as_str().unwrap_or("") {
                 "BOOKMARK" => w.rv = w.rv.max(erv),
@@ -119,6 +114,9 @@ async fn watcher(router: String, w: Arc<Mutex<Watched>>, stop: CancellationToken
                     w.changes.push((kind.to_owned(), name, erv));
                 }
             }
+        }
+        if stop.is_cancelled() {
+            return;
         }
         w.lock().unwrap().resumes += 1;
     }

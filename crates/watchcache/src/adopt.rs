@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 /// lease, seconds).
 pub const BACKFILL: Duration = Duration::from_secs(30);
 /// Keys read per page of a load.
-const PAGE: i64 = 100;
+const PAGE: i64 = 50;
 
 /// A load that came back.
 pub(crate) struct Loaded {

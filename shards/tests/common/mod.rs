@@ -287,6 +287,14 @@ impl WatchReader {
         }
     }
 
+    /// The next event, or None when the stream ends or `stop` is cancelled.
+    pub async fn next_or_stop(&mut self, stop: &CancellationToken) -> Option<Value> {
+        tokio::select! {
+            n = self.next(Duration::from_secs(3600)) => n,
+            _ = stop.cancelled() => None,
+        }
+    }
+
     /// The next non-BOOKMARK event.
     pub async fn next_change(&mut self, within: Duration) -> Option<Value> {
         loop {
@@ -296,6 +304,11 @@ impl WatchReader {
             }
         }
     }
+}
+
+/// A watch event's resourceVersion as a number (0 if it has none).
+pub fn event_rv(e: &Value) -> u64 {
+    e["object"]["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0)
 }
 
 /// A plain HTTP client (no proxies, no TLS).
