@@ -26,6 +26,9 @@ for k in 1 2 4; do
     SHARDPLANE_ROUTER_SHARDS=$k run -p shardplane-shard
   fi
 done
+# The whole suite again on the router's embedded etcd-compatible store instead of etcd (RFC 0007).
+echo "== the workspace's tests on the embedded store"
+SHARDPLANE_STORE=embedded run --workspace
 # Every benchmark scenario at tiny sizes in the debug build, so none of them rots (its report
 # goes to target/bench-smoke/ and measures nothing; benches/RESULTS.md comes from release runs).
 echo "== benchmarks, smoke run"

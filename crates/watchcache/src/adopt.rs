@@ -19,6 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 /// that, which may show the range, get 410 (those after a shard's death resume within its
 /// lease, seconds).
 pub const BACKFILL: Duration = Duration::from_secs(30);
+/// How many revisions back a cache that has just listed reads its keys' history from etcd.
+pub const HISTORY_ON_LOAD: u64 = 10_000;
 /// Keys read per page of a load.
 const PAGE: i64 = 50;
 
@@ -82,6 +84,34 @@ async fn load_paced(storage: &Storage, codec: &ObjectCodec, group: &'static str,
 /// follows are not taken twice).
 fn new_key(group: &str, plural: &str, followed: &RangeSet, key: &[u8]) -> bool {
     parse_object_key(group, plural, key).is_some_and(|(h, _, _)| !followed.contains(h))
+}
+
+/// After a list at `rev`, reads the followed keys' changes of the last [`HISTORY_ON_LOAD`]
+/// revisions (back to etcd's compaction at most) into the cache's history, so that a client
+/// resuming a watch from an RV it had before this shard started (or relisted) is served, not
+/// sent 410. Best effort: without it the history simply starts at `rev`.
+pub(crate) async fn backfill_on_load(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, rev: u64) {
+    let (start, end) = range.hull();
+    let mut from = rev.saturating_sub(HISTORY_ON_LOAD).max(1);
+    for _ in 0..2 {
+        if from >= rev {
+            return;
+        }
+        match past_changes(storage, codec, &start, &end, from, rev).await {
+            Ok(changes) => {
+                let mine: Vec<PastChange> = changes.into_iter().filter(|(key, _)| range.owns_key(key)).map(|(_, c)| c).collect();
+                tracing::debug!(resource = range.plural, from, to = rev, changes = mine.len(), "history read on load");
+                cache.backfill(from, mine);
+                return;
+            }
+            // Compacted: from the compaction point on.
+            Err(StorageError::Compacted { compacted, .. }) if compacted > from => from = compacted,
+            Err(e) => {
+                tracing::debug!(resource = range.plural, error = %e, "no history read on load");
+                return;
+            }
+        }
+    }
 }
 
 /// Joins a loaded range to the cache at its synced revision S, between two events: reads the

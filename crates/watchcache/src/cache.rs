@@ -290,6 +290,22 @@ impl WatchCache {
         true
     }
 
+    /// Gives a freshly listed cache the history that led to its state: `past`, every change of
+    /// its keys after `from` up to the synced revision (read from etcd), so that watches and
+    /// LISTs from `from` on are served, as after a restart a client resumes from the RV it had.
+    /// Ignored unless the history is still empty.
+    pub fn backfill(&self, from: u64, past: Vec<PastChange>) {
+        let mut g = self.write();
+        if !g.history.is_empty() || from >= g.history_start {
+            return;
+        }
+        let now = Instant::now();
+        let synced = g.synced;
+        g.history = past.into_iter().filter(|c| c.object.rv > from && c.object.rv <= synced).map(|c| c.into_event(now)).collect();
+        g.history_start = from;
+        Self::evict(&mut g, &self.config);
+    }
+
     /// The newest revision the history had reached `age` ago (its start if it holds nothing
     /// that old): every change after it is younger than `age`.
     pub fn revision_before(&self, age: Duration) -> u64 {
@@ -368,9 +384,27 @@ impl WatchCache {
     }
 
     /// Records that every change up to `rv` has been applied, and tells watchers that asked.
+    /// `answer`: this is etcd's answer to a progress request, so watchers are told even if the
+    /// cache had already reached `rv` (a reader may be waiting on a mark it already has: with
+    /// no write since, the revision does not move).
     pub fn progress(&self, rv: u64) {
+        self.mark(rv, false);
+    }
+
+    /// [`WatchCache::progress`] for etcd's answer to a progress request.
+    pub fn progress_answer(&self, rv: u64) {
+        self.mark(rv, true);
+    }
+
+    fn mark(&self, rv: u64, answer: bool) {
         let mut g = self.write();
         if rv <= g.synced {
+            if answer {
+                let synced = g.synced;
+                for w in g.watchers.iter().filter(|w| w.progress) {
+                    let _ = w.tx.try_send(WatchMsg::Progress(synced));
+                }
+            }
             return;
         }
         g.synced = rv;

@@ -41,7 +41,7 @@ impl KeyRange {
 
     /// The etcd key range spanning every followed range (one watch stream; keys in a gap
     /// between ranges are dropped by [`KeyRange::owns_key`]).
-    fn hull(&self) -> (Vec<u8>, Vec<u8>) {
+    pub(crate) fn hull(&self) -> (Vec<u8>, Vec<u8>) {
         let set = self.ranges();
         let rs = set.ranges();
         let hull = match (rs.first(), rs.last()) {
@@ -56,7 +56,7 @@ impl KeyRange {
         range_keys(self.group, self.plural, hull)
     }
 
-    fn owns_key(&self, key: &[u8]) -> bool {
+    pub(crate) fn owns_key(&self, key: &[u8]) -> bool {
         parse_object_key(self.group, self.plural, key).is_some_and(|(h, _, _)| self.ranges.read().unwrap_or_else(|p| p.into_inner()).contains(h))
     }
 }
@@ -108,6 +108,7 @@ async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
     let objects = decode_all(codec, kvs.into_iter().filter(|kv| range.owns_key(&kv.key)));
     cache.replace(objects, rev);
     tracing::debug!(resource = codec.info().plural, revision = rev, "watch cache loaded");
+    adopt::backfill_on_load(storage, cache, codec, range, rev).await;
     let mut from = rev;
     loop {
         match follow(storage, cache, codec, range, from, commands, loads, shutdown).await? {
@@ -168,7 +169,7 @@ async fn follow(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, rang
                         }
                     }
                 }
-                Some(WatchItem::Progress(r)) => cache.progress(r),
+                Some(WatchItem::Progress(r)) => cache.progress_answer(r),
                 None => return Err(StorageError::Etcd("watch stream ended".into())),
             },
             Some(command) = commands.recv() => {

@@ -7,106 +7,14 @@ use serde_json::Value;
 use shardplane_keyspace::RangeSet;
 use shardplane_shard::{serve, ShardConfig};
 use shardplane_watchcache::CacheConfig;
-use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// A running etcd.
-pub struct Etcd {
-    child: Child,
-    dir: PathBuf,
-    pub endpoint: String,
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn etcd_binary() -> PathBuf {
-    if let Ok(p) = std::env::var("SHARDPLANE_ETCD") {
-        return p.into();
-    }
-    // .tools/ sits at the workspace root, above whichever crate runs the tests.
-    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    loop {
-        let local = dir.join(".tools/etcd/usr/bin/etcd");
-        if local.exists() {
-            return local;
-        }
-        if !dir.pop() {
-            break;
-        }
-    }
-    panic!("etcd 3.5 not found: run deploy/local/install-deps.sh (or set SHARDPLANE_ETCD)");
-}
-
-impl Etcd {
-    /// Starts etcd and waits until it answers. Free ports are found by binding port 0 and
-    /// releasing it, so a parallel test can take the same port first: when etcd exits at start,
-    /// it is started again on fresh ports.
-    pub async fn start() -> Self {
-        Self::start_with(&[]).await
-    }
-
-    /// [`Etcd::start`] with extra etcd flags (e.g. a larger `--quota-backend-bytes`).
-    pub async fn start_with(extra: &[&str]) -> Self {
-        for _attempt in 0..5 {
-            if let Some(etcd) = Self::try_start(extra).await {
-                return etcd;
-            }
-        }
-        panic!("etcd did not start in 5 attempts");
-    }
-
-    async fn try_start(extra: &[&str]) -> Option<Self> {
-        let base = if PathBuf::from("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-        let dir = base.join(format!("shardplane-etcd-{}", uuid::Uuid::new_v4()));
-        let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let child = Command::new(etcd_binary())
-            .args(["--data-dir", dir.to_str().unwrap(), "--name", "test"])
-            .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}"), "--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-cluster", &format!("test=http://127.0.0.1:{peer}")])
-            .args(["--log-level", "error", "--experimental-watch-progress-notify-interval", "5s"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn etcd");
-        let mut etcd = Self { child, dir, endpoint };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if etcd.child.try_wait().ok().flatten().is_some() {
-                return None; // exited: most likely a port taken meanwhile; Drop cleans up
-            }
-            if let Ok(s) = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await {
-                if s.current_revision().await.is_ok() {
-                    return Some(etcd);
-                }
-            }
-            assert!(Instant::now() < deadline, "etcd did not answer within 30 s");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Etcd {
-    /// The etcd process's pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+#[path = "etcd.rs"]
+mod etcd;
+pub use etcd::*;
 
 /// A shard served in-process (or, with `SHARDPLANE_ROUTER_SHARDS=K`, a router in front of K).
 pub struct TestShard {

@@ -18,10 +18,14 @@ struct Args {
     /// together they must cover the hash space once.
     #[arg(long, value_delimiter = ',')]
     shard_urls: Vec<String>,
-    /// etcd endpoints: where the range map is stored, and what the shards this router starts
-    /// use.
-    #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
+    /// etcd endpoints: where the objects and the range map are stored, and what the shards this
+    /// router starts use. Without it, the router serves an embedded etcd-compatible store
+    /// itself, kept in `--data-dir` (RFC 0007).
+    #[arg(long, value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
+    /// Where the embedded store keeps its data (without `--etcd-endpoints`).
+    #[arg(long, default_value = ".shardplane/store")]
+    data_dir: PathBuf,
     /// How many shard processes to start.
     #[arg(long = "shards", default_value_t = 4)]
     shard_count: u32,
@@ -53,8 +57,38 @@ fn main() -> std::process::ExitCode {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime").block_on(run(args))
 }
 
-async fn run(args: Args) -> std::process::ExitCode {
+/// Opens the embedded store in `dir` and serves it on a free loopback port until `stop`;
+/// returns its endpoint.
+async fn start_embedded_store(dir: &std::path::Path, stop: tokio_util::sync::CancellationToken) -> Result<String, String> {
+    let server = shardplane_kvstore::server::EtcdServer::open(dir).map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
+    let endpoint = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    tokio::spawn(async move {
+        if let Err(e) = shardplane_kvstore::server::serve(server, listener, stop).await {
+            tracing::error!(error = %e, "the embedded store stopped");
+        }
+    });
+    Ok(endpoint)
+}
+
+async fn run(mut args: Args) -> std::process::ExitCode {
     let shutdown = shardplane_shard::cli::shutdown_on_signal();
+    if args.etcd_endpoints.is_empty() {
+        if !args.shard_urls.is_empty() {
+            eprintln!("shard-router: --shard-urls needs --etcd-endpoints: the shards it fronts must use the same etcd");
+            return std::process::ExitCode::from(2);
+        }
+        match start_embedded_store(&args.data_dir, shutdown.clone()).await {
+            Ok(endpoint) => {
+                println!("embedded store {} at {endpoint}", args.data_dir.display());
+                args.etcd_endpoints = vec![endpoint];
+            }
+            Err(e) => {
+                eprintln!("shard-router: embedded store in {}: {e}", args.data_dir.display());
+                return std::process::ExitCode::FAILURE;
+            }
+        }
+    }
     let mut supervisors = Vec::new();
     let shards = if args.shard_urls.is_empty() {
         if args.shard_count == 0 {

@@ -1,0 +1,594 @@
+//! The etcd v3 gRPC services the shards use — KV (Range, Put, DeleteRange, Txn, Compact), Watch
+//! (start revisions, key ranges, previous values, progress requests, cancel, compacted-revision
+//! cancels), Lease (grant, keep-alive, revoke, time-to-live, list, expiry) and Maintenance
+//! Status — generated from the protos etcd-client carries, served on a loopback address. Any
+//! other call answers `Unimplemented` naming it.
+//!
+//! Bounds: a request over 1.5 MiB is refused as etcd refuses it; each watch stream buffers at
+//! most [`WATCH_BUFFER`] responses, and a stream that falls further behind is ended (its
+//! client watches again, as after any broken stream); at most [`MAX_WATCHES`] watches at once.
+
+use crate::mvcc::{self, Compare, CompareOp, CompareTarget, Event, Mvcc, MvccError, Op, OpResult, RangeRequest, Txn, TxnResult};
+use crate::store::{to_pb, Store};
+use etcd_client::proto::*;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+/// The largest request etcd takes by default (`--max-request-bytes`).
+pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
+/// Responses buffered per watch stream.
+pub const WATCH_BUFFER: usize = 1024;
+/// Bytes of replayed history per watch response.
+const REPLAY_BYTES: usize = 1 << 20;
+/// Watches open at once, over all streams.
+pub const MAX_WATCHES: usize = 100_000;
+const CLUSTER_ID: u64 = 0x5ba7_d9a1_e5a5_0001;
+const MEMBER_ID: u64 = 0x5ba7_d9a1_e5a5_0002;
+/// How often watches created with `progress_notify` get a progress mark (etcd's
+/// `--experimental-watch-progress-notify-interval`; etcd's default is 10 minutes, shardplane's
+/// tests run etcd at 5 s, and an idle range's cache advances only on these).
+pub const PROGRESS_NOTIFY: Duration = Duration::from_secs(5);
+/// The etcd version this store answers to (the API level it implements).
+pub const VERSION: &str = "3.5.0";
+
+struct Watcher {
+    stream: u64,
+    id: i64,
+    key: Vec<u8>,
+    end: Vec<u8>,
+    /// Changes before this revision are not sent (a start revision in the future).
+    start: i64,
+    prev_kv: bool,
+    /// Sent a progress mark every [`PROGRESS_NOTIFY`] (etcd's `progress_notify`).
+    progress_notify: bool,
+    no_put: bool,
+    no_delete: bool,
+    tx: mpsc::Sender<Result<PbWatchResponse, Status>>,
+    /// Cancelled to end the watcher's whole stream (it fell too far behind).
+    end_stream: tokio_util::sync::CancellationToken,
+}
+
+struct Lease {
+    ttl: i64,
+    expires: Instant,
+}
+
+struct State {
+    mvcc: Mvcc,
+    watchers: Vec<Watcher>,
+    leases: HashMap<i64, Lease>,
+    next_stream: u64,
+    /// Set when a write could not be made durable: nothing is served after that.
+    broken: bool,
+}
+
+/// The store and its state, shared by the services.
+pub struct Inner {
+    state: Mutex<State>,
+    store: Store,
+    dir: PathBuf,
+}
+
+/// The four services over one store.
+#[derive(Clone)]
+pub struct EtcdServer {
+    inner: Arc<Inner>,
+}
+
+fn header(revision: i64) -> Option<PbResponseHeader> {
+    Some(PbResponseHeader { cluster_id: CLUSTER_ID, member_id: MEMBER_ID, revision, raft_term: 1 })
+}
+
+fn mvcc_status(e: MvccError) -> Status {
+    match e {
+        MvccError::Compacted { .. } | MvccError::FutureRevision => Status::out_of_range(e.to_string()),
+        MvccError::DuplicateKey => Status::invalid_argument(e.to_string()),
+        MvccError::LeaseNotFound => Status::not_found(e.to_string()),
+    }
+}
+
+fn too_large() -> Status {
+    Status::invalid_argument("etcdserver: request is too large")
+}
+
+fn unimplemented(call: &str) -> Status {
+    Status::unimplemented(format!("{call} is not supported by shardplane's embedded store"))
+}
+
+fn range_request(r: PbRangeRequest) -> Result<RangeRequest, Status> {
+    // Sorted by key, ascending, is what the store gives (and what NONE means).
+    let sorted_by_key = r.sort_order == 0 || (r.sort_order == 1 && r.sort_target == 0);
+    if !sorted_by_key || r.min_mod_revision != 0 || r.max_mod_revision != 0 || r.min_create_revision != 0 || r.max_create_revision != 0 {
+        return Err(unimplemented("Range with sorting or revision filters"));
+    }
+    Ok(RangeRequest { key: r.key, end: r.range_end, revision: r.revision, limit: r.limit, count_only: r.count_only, keys_only: r.keys_only })
+}
+
+fn compare(c: PbCompare) -> Result<Compare, Status> {
+    let op = match c.result {
+        0 => CompareOp::Equal,
+        1 => CompareOp::Greater,
+        2 => CompareOp::Less,
+        3 => CompareOp::NotEqual,
+        _ => return Err(Status::invalid_argument("etcdserver: unknown compare result")),
+    };
+    let target = match c.target_union {
+        Some(PbTargetUnion::Version(v)) => CompareTarget::Version(v),
+        Some(PbTargetUnion::CreateRevision(v)) => CompareTarget::Create(v),
+        Some(PbTargetUnion::ModRevision(v)) => CompareTarget::Mod(v),
+        Some(PbTargetUnion::Value(v)) => CompareTarget::Value(v),
+        Some(PbTargetUnion::Lease(v)) => CompareTarget::Lease(v),
+        None => return Err(Status::invalid_argument("etcdserver: compare has no target")),
+    };
+    Ok(Compare { key: c.key, end: c.range_end, op, target })
+}
+
+fn op(o: PbTxnRequestOp) -> Result<Op, Status> {
+    match o.request {
+        Some(PbTxnOpRequest::RequestRange(r)) => Ok(Op::Range(range_request(r)?)),
+        Some(PbTxnOpRequest::RequestPut(p)) => put_op(p),
+        Some(PbTxnOpRequest::RequestDeleteRange(d)) => Ok(Op::Delete { key: d.key, end: d.range_end, prev_kv: d.prev_kv }),
+        Some(PbTxnOpRequest::RequestTxn(t)) => Ok(Op::Txn(Box::new(txn(t)?))),
+        None => Err(Status::invalid_argument("etcdserver: empty request op")),
+    }
+}
+
+fn put_op(p: PbPutRequest) -> Result<Op, Status> {
+    if p.ignore_value || p.ignore_lease {
+        return Err(unimplemented("Put with ignore_value or ignore_lease"));
+    }
+    Ok(Op::Put { key: p.key, value: p.value, lease: p.lease, prev_kv: p.prev_kv })
+}
+
+fn txn(t: PbTxnRequest) -> Result<Txn, Status> {
+    Ok(Txn {
+        compare: t.compare.into_iter().map(compare).collect::<Result<_, _>>()?,
+        success: t.success.into_iter().map(op).collect::<Result<_, _>>()?,
+        failure: t.failure.into_iter().map(op).collect::<Result<_, _>>()?,
+    })
+}
+
+fn range_response(r: mvcc::RangeResult, revision: i64) -> PbRangeResponse {
+    PbRangeResponse { header: header(revision), kvs: r.kvs.iter().map(|k| to_pb(k)).collect(), more: r.more, count: r.count }
+}
+
+fn txn_response(t: TxnResult, revision: i64) -> PbTxnResponse {
+    let responses = t
+        .responses
+        .into_iter()
+        .map(|r| PbResponseOp {
+            response: Some(match r {
+                OpResult::Range(r) => PbTxnOpResponse::ResponseRange(range_response(r, revision)),
+                OpResult::Put { prev } => PbTxnOpResponse::ResponsePut(PbPutResponse { header: header(revision), prev_kv: prev.map(|k| to_pb(&k)) }),
+                OpResult::Delete { deleted, prev } => PbTxnOpResponse::ResponseDeleteRange(PbDeleteResponse { header: header(revision), deleted, prev_kvs: prev.iter().map(|k| to_pb(k)).collect() }),
+                OpResult::Txn(t) => PbTxnOpResponse::ResponseTxn(txn_response(t, revision)),
+            }),
+        })
+        .collect();
+    PbTxnResponse { header: header(revision), succeeded: t.succeeded, responses }
+}
+
+fn event_pb(e: &Event, prev_kv: bool) -> PbEvent {
+    PbEvent { r#type: if e.deleted { 1 } else { 0 }, kv: Some(to_pb(&e.kv)), prev_kv: if prev_kv { e.prev.as_ref().map(|p| to_pb(p)) } else { None } }
+}
+
+impl EtcdServer {
+    /// Opens the store in `dir` (refused if another store holds it).
+    pub fn open(dir: &Path) -> Result<Self, crate::store::StoreError> {
+        let (store, mvcc, leases) = Store::open(dir)?;
+        // As etcd after a restart: every lease gets its whole TTL again.
+        let now = Instant::now();
+        let leases = leases.into_iter().map(|(id, ttl)| (id, Lease { ttl, expires: now + Duration::from_secs(ttl.max(1) as u64) })).collect();
+        let state = State { mvcc, watchers: Vec::new(), leases, next_stream: 0, broken: false };
+        Ok(Self { inner: Arc::new(Inner { state: Mutex::new(state), store, dir: dir.to_path_buf() }) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current revision.
+    pub fn revision(&self) -> i64 {
+        self.lock().mvcc.revision()
+    }
+
+    /// Runs a transaction: in memory, then durably, then to the watchers. Blocking (fsync).
+    fn write(&self, t: &Txn) -> Result<(TxnResult, i64), Status> {
+        let mut st = self.lock();
+        if st.broken {
+            return Err(Status::unavailable("etcdserver: the store could not write to its disk; restart it"));
+        }
+        let leases: Vec<i64> = st.leases.keys().copied().collect();
+        let (res, events) = st.mvcc.txn(t, &|id| leases.contains(&id)).map_err(mvcc_status)?;
+        let revision = st.mvcc.revision();
+        if !events.is_empty() {
+            if let Err(e) = self.inner.store.append(revision, &events) {
+                tracing::error!(error = %e, "the embedded store could not make a write durable; it stops serving");
+                st.broken = true;
+                return Err(Status::unavailable(format!("etcdserver: {e}")));
+            }
+            Self::dispatch(&mut st, revision, &events);
+        }
+        Ok((res, revision))
+    }
+
+    /// Sends a revision's events to every watcher they concern; a watch stream too far behind
+    /// is ended.
+    fn dispatch(st: &mut State, revision: i64, events: &[Event]) {
+        let mut behind = Vec::new();
+        for w in st.watchers.iter().filter(|w| revision >= w.start) {
+            let mine: Vec<PbEvent> = events.iter().filter(|e| mvcc::in_range(&e.kv.key, &w.key, &w.end) && !(e.deleted && w.no_delete) && !(!e.deleted && w.no_put)).map(|e| event_pb(e, w.prev_kv)).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let resp = PbWatchResponse { header: header(revision), watch_id: w.id, events: mine, ..Default::default() };
+            if w.tx.try_send(Ok(resp)).is_err() {
+                behind.push(w.stream);
+                w.end_stream.cancel();
+            }
+        }
+        if !behind.is_empty() {
+            for s in &behind {
+                tracing::info!(stream = s, "an embedded-store watch stream fell too far behind; ending it (its client watches again)");
+            }
+            st.watchers.retain(|w| !behind.contains(&w.stream));
+        }
+    }
+
+    fn revoke(&self, id: i64) -> Result<i64, Status> {
+        let keys = {
+            let mut st = self.lock();
+            if st.leases.remove(&id).is_none() {
+                return Err(Status::not_found("etcdserver: requested lease not found"));
+            }
+            st.mvcc.keys_with_lease(id)
+        };
+        let _ = self.inner.store.remove_lease(id);
+        let t = Txn { success: keys.into_iter().map(|key| Op::Delete { key, end: vec![], prev_kv: false }).collect(), ..Txn::default() };
+        Ok(self.write(&t)?.1)
+    }
+
+    /// Revokes expired leases until `stop`.
+    pub async fn expire_leases(self, stop: tokio_util::sync::CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = stop.cancelled() => return,
+            }
+            let now = Instant::now();
+            let expired: Vec<i64> = self.lock().leases.iter().filter(|(_, l)| l.expires <= now).map(|(id, _)| *id).collect();
+            for id in expired {
+                let server = self.clone();
+                let _ = tokio::task::spawn_blocking(move || server.revoke(id)).await;
+            }
+        }
+    }
+
+    /// The gRPC router with the four services.
+    pub fn router(&self) -> tonic::service::Routes {
+        let limit = MAX_REQUEST_BYTES + 512 * 1024;
+        tonic::service::Routes::new(PbKvServer::new(self.clone()).max_decoding_message_size(limit))
+            .add_service(PbWatchServer::new(self.clone()).max_decoding_message_size(limit))
+            .add_service(PbLeaseServer::new(self.clone()).max_decoding_message_size(limit))
+            .add_service(PbMaintenanceServer::new(self.clone()).max_decoding_message_size(limit))
+    }
+
+    async fn blocking<T: Send + 'static>(&self, f: impl FnOnce(EtcdServer) -> Result<T, Status> + Send + 'static) -> Result<T, Status> {
+        let server = self.clone();
+        tokio::task::spawn_blocking(move || f(server)).await.map_err(|e| Status::internal(e.to_string()))?
+    }
+}
+
+#[tonic::async_trait]
+impl PbKvService for EtcdServer {
+    async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
+        let r = range_request(request.into_inner())?;
+        let st = self.lock();
+        let res = st.mvcc.range(&r).map_err(mvcc_status)?;
+        Ok(Response::new(range_response(res, st.mvcc.revision())))
+    }
+
+    async fn put(&self, request: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {
+        let p = request.into_inner();
+        if p.key.len() + p.value.len() > MAX_REQUEST_BYTES {
+            return Err(too_large());
+        }
+        let t = Txn { success: vec![put_op(p)?], ..Txn::default() };
+        let (res, revision) = self.blocking(move |s| s.write(&t)).await?;
+        let prev = match res.responses.into_iter().next() {
+            Some(OpResult::Put { prev }) => prev,
+            _ => None,
+        };
+        Ok(Response::new(PbPutResponse { header: header(revision), prev_kv: prev.map(|k| to_pb(&k)) }))
+    }
+
+    async fn delete_range(&self, request: Request<PbDeleteRequest>) -> Result<Response<PbDeleteResponse>, Status> {
+        let d = request.into_inner();
+        let t = Txn { success: vec![Op::Delete { key: d.key, end: d.range_end, prev_kv: d.prev_kv }], ..Txn::default() };
+        let (res, revision) = self.blocking(move |s| s.write(&t)).await?;
+        let (deleted, prev) = match res.responses.into_iter().next() {
+            Some(OpResult::Delete { deleted, prev }) => (deleted, prev),
+            _ => (0, vec![]),
+        };
+        Ok(Response::new(PbDeleteResponse { header: header(revision), deleted, prev_kvs: prev.iter().map(|k| to_pb(k)).collect() }))
+    }
+
+    async fn txn(&self, request: Request<PbTxnRequest>) -> Result<Response<PbTxnResponse>, Status> {
+        let t = request.into_inner();
+        if prost::Message::encoded_len(&t) > MAX_REQUEST_BYTES {
+            return Err(too_large());
+        }
+        let t = txn(t)?;
+        let (res, revision) = self.blocking(move |s| s.write(&t)).await?;
+        Ok(Response::new(txn_response(res, revision)))
+    }
+
+    type RangeStreamStream = Pin<Box<dyn Stream<Item = Result<PbRangeStreamResponse, Status>> + Send>>;
+
+    async fn range_stream(&self, _r: Request<PbRangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
+        Err(unimplemented("KV.RangeStream"))
+    }
+
+    async fn compact(&self, request: Request<PbCompactionRequest>) -> Result<Response<PbCompactionResponse>, Status> {
+        let rev = request.into_inner().revision;
+        let revision = self
+            .blocking(move |s| {
+                let mut st = s.lock();
+                st.mvcc.compact(rev).map_err(mvcc_status)?;
+                s.inner.store.compact(&st.mvcc, rev).map_err(|e| Status::unavailable(e.to_string()))?;
+                Ok(st.mvcc.revision())
+            })
+            .await?;
+        Ok(Response::new(PbCompactionResponse { header: header(revision) }))
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<PbWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl PbWatchService for EtcdServer {
+    type WatchStream = WatchStream;
+
+    async fn watch(&self, request: Request<Streaming<PbWatchRequest>>) -> Result<Response<WatchStream>, Status> {
+        let mut requests = request.into_inner();
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        let stream = {
+            let mut st = self.lock();
+            st.next_stream += 1;
+            st.next_stream
+        };
+        let server = self.clone();
+        let end_stream = tokio_util::sync::CancellationToken::new();
+        tokio::spawn(async move {
+            let mut next_id = 0i64;
+            let mut notify = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_NOTIFY, PROGRESS_NOTIFY);
+            loop {
+                let req = tokio::select! {
+                    req = requests.next() => match req {
+                        Some(Ok(req)) => req,
+                        _ => break,
+                    },
+                    _ = end_stream.cancelled() => break,
+                    _ = notify.tick() => {
+                        let st = server.lock();
+                        let revision = st.mvcc.revision();
+                        for w in st.watchers.iter().filter(|w| w.stream == stream && w.progress_notify) {
+                            let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: w.id, ..Default::default() }));
+                        }
+                        continue;
+                    }
+                };
+                let mut st = server.lock();
+                match req.request_union {
+                    Some(PbWatchRequestUnion::CreateRequest(c)) => {
+                        let id = if c.watch_id > 0 { c.watch_id } else { next_id };
+                        next_id = next_id.max(id) + 1;
+                        let revision = st.mvcc.revision();
+                        if st.watchers.len() >= MAX_WATCHES {
+                            let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: id, created: true, canceled: true, cancel_reason: "etcdserver: too many watches".into(), ..Default::default() }));
+                            continue;
+                        }
+                        // Replayed and registered under one lock: no change falls between.
+                        let past = if c.start_revision > 0 && c.start_revision <= revision { Some(st.mvcc.changes(&c.key, &c.range_end, c.start_revision)) } else { None };
+                        if let Some(Err(MvccError::Compacted { compacted })) = past {
+                            let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: id, created: true, canceled: true, compact_revision: compacted, ..Default::default() }));
+                            continue;
+                        }
+                        let (no_put, no_delete) = (c.filters.contains(&0), c.filters.contains(&1));
+                        if tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: id, created: true, ..Default::default() })).is_err() {
+                            break;
+                        }
+                        if let Some(Ok(events)) = past {
+                            // The history in responses of whole revisions, up to REPLAY_BYTES
+                            // each (etcd also puts several revisions in one response). More
+                            // than the stream's buffer holds ends the stream.
+                            let mut batch: Vec<PbEvent> = Vec::new();
+                            let mut bytes = 0;
+                            let mut overflow = false;
+                            for (i, e) in events.iter().enumerate() {
+                                if !(e.deleted && no_delete) && !(!e.deleted && no_put) {
+                                    let pb = event_pb(e, c.prev_kv);
+                                    bytes += prost::Message::encoded_len(&pb);
+                                    batch.push(pb);
+                                }
+                                let revision_ends = events.get(i + 1).is_none_or(|n| n.kv.mod_revision != e.kv.mod_revision);
+                                if revision_ends && !batch.is_empty() && (bytes >= REPLAY_BYTES || i + 1 == events.len()) {
+                                    let resp = PbWatchResponse { header: header(revision), watch_id: id, events: std::mem::take(&mut batch), ..Default::default() };
+                                    bytes = 0;
+                                    if tx.try_send(Ok(resp)).is_err() {
+                                        overflow = true;
+                                        break;
+                                    }
+                                }
+                            }
+                            if overflow {
+                                tracing::info!(stream, "an embedded-store watch's history overflowed its stream; ending it");
+                                break;
+                            }
+                        }
+                        st.watchers.push(Watcher { stream, id, key: c.key, end: c.range_end, start: c.start_revision, prev_kv: c.prev_kv, progress_notify: c.progress_notify, no_put, no_delete, tx: tx.clone(), end_stream: end_stream.clone() });
+                    }
+                    Some(PbWatchRequestUnion::CancelRequest(c)) => {
+                        st.watchers.retain(|w| !(w.stream == stream && w.id == c.watch_id));
+                        let revision = st.mvcc.revision();
+                        let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: c.watch_id, canceled: true, ..Default::default() }));
+                    }
+                    Some(PbWatchRequestUnion::ProgressRequest(_)) => {
+                        // After every event up to the revision, since dispatch runs under this lock.
+                        let revision = st.mvcc.revision();
+                        let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: -1, ..Default::default() }));
+                    }
+                    None => {}
+                }
+            }
+            server.lock().watchers.retain(|w| w.stream != stream);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<PbLeaseKeepAliveResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl PbLeaseService for EtcdServer {
+    async fn lease_grant(&self, request: Request<PbLeaseGrantRequest>) -> Result<Response<PbLeaseGrantResponse>, Status> {
+        let r = request.into_inner();
+        let ttl = r.ttl.max(1);
+        let (id, revision) = {
+            let mut st = self.lock();
+            let id = if r.id != 0 {
+                if st.leases.contains_key(&r.id) {
+                    return Err(Status::failed_precondition("etcdserver: lease already exists"));
+                }
+                r.id
+            } else {
+                // Lease IDs only need to be unique here: the next after the largest.
+                st.leases.keys().copied().max().unwrap_or(0x5ba7_0000) + 1
+            };
+            st.leases.insert(id, Lease { ttl, expires: Instant::now() + Duration::from_secs(ttl as u64) });
+            (id, st.mvcc.revision())
+        };
+        self.inner.store.put_lease(id, ttl).map_err(|e| Status::unavailable(e.to_string()))?;
+        Ok(Response::new(PbLeaseGrantResponse { header: header(revision), id, ttl, error: String::new() }))
+    }
+
+    async fn lease_revoke(&self, request: Request<PbLeaseRevokeRequest>) -> Result<Response<PbLeaseRevokeResponse>, Status> {
+        let id = request.into_inner().id;
+        let revision = self.blocking(move |s| s.revoke(id)).await?;
+        Ok(Response::new(PbLeaseRevokeResponse { header: header(revision) }))
+    }
+
+    type LeaseKeepAliveStream = KeepAliveStream;
+
+    async fn lease_keep_alive(&self, request: Request<Streaming<PbLeaseKeepAliveRequest>>) -> Result<Response<KeepAliveStream>, Status> {
+        let mut requests = request.into_inner();
+        let server = self.clone();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            while let Some(Ok(req)) = requests.next().await {
+                let resp = {
+                    let mut st = server.lock();
+                    let revision = st.mvcc.revision();
+                    match st.leases.get_mut(&req.id) {
+                        Some(l) => {
+                            l.expires = Instant::now() + Duration::from_secs(l.ttl as u64);
+                            PbLeaseKeepAliveResponse { header: header(revision), id: req.id, ttl: l.ttl }
+                        }
+                        None => PbLeaseKeepAliveResponse { header: header(revision), id: req.id, ttl: 0 },
+                    }
+                };
+                if tx.send(Ok(resp)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn lease_time_to_live(&self, request: Request<PbLeaseTimeToLiveRequest>) -> Result<Response<PbLeaseTimeToLiveResponse>, Status> {
+        let r = request.into_inner();
+        let st = self.lock();
+        let revision = st.mvcc.revision();
+        Ok(Response::new(match st.leases.get(&r.id) {
+            Some(l) => PbLeaseTimeToLiveResponse {
+                header: header(revision),
+                id: r.id,
+                ttl: l.expires.saturating_duration_since(Instant::now()).as_secs() as i64,
+                granted_ttl: l.ttl,
+                keys: if r.keys { st.mvcc.keys_with_lease(r.id) } else { vec![] },
+            },
+            None => PbLeaseTimeToLiveResponse { header: header(revision), id: r.id, ttl: -1, granted_ttl: 0, keys: vec![] },
+        }))
+    }
+
+    async fn lease_leases(&self, _request: Request<PbLeaseLeasesRequest>) -> Result<Response<PbLeaseLeasesResponse>, Status> {
+        let st = self.lock();
+        Ok(Response::new(PbLeaseLeasesResponse { header: header(st.mvcc.revision()), leases: st.leases.keys().map(|id| PbLeaseStatus { id: *id }).collect() }))
+    }
+}
+
+type SnapshotStream = Pin<Box<dyn Stream<Item = Result<PbSnapshotResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl PbMaintenanceService for EtcdServer {
+    async fn alarm(&self, _r: Request<PbAlarmRequest>) -> Result<Response<PbAlarmResponse>, Status> {
+        Err(unimplemented("Maintenance.Alarm"))
+    }
+
+    async fn status(&self, _r: Request<PbStatusRequest>) -> Result<Response<PbStatusResponse>, Status> {
+        let revision = self.revision();
+        let size = Store::size(&self.inner.dir);
+        Ok(Response::new(PbStatusResponse {
+            header: header(revision),
+            version: VERSION.into(),
+            db_size: size,
+            leader: MEMBER_ID,
+            raft_index: revision as u64,
+            raft_term: 1,
+            raft_applied_index: revision as u64,
+            db_size_in_use: size,
+            ..Default::default()
+        }))
+    }
+
+    async fn defragment(&self, _r: Request<PbDefragmentRequest>) -> Result<Response<PbDefragmentResponse>, Status> {
+        Err(unimplemented("Maintenance.Defragment"))
+    }
+
+    async fn hash(&self, _r: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {
+        Err(unimplemented("Maintenance.Hash"))
+    }
+
+    async fn hash_kv(&self, _r: Request<PbHashKvRequest>) -> Result<Response<PbHashKvResponse>, Status> {
+        Err(unimplemented("Maintenance.HashKV"))
+    }
+
+    type SnapshotStream = SnapshotStream;
+
+    async fn snapshot(&self, _r: Request<PbSnapshotRequest>) -> Result<Response<SnapshotStream>, Status> {
+        Err(unimplemented("Maintenance.Snapshot"))
+    }
+
+    async fn move_leader(&self, _r: Request<PbMoveLeaderRequest>) -> Result<Response<PbMoveLeaderResponse>, Status> {
+        Err(unimplemented("Maintenance.MoveLeader"))
+    }
+
+    async fn downgrade(&self, _r: Request<PbDowngradeRequest>) -> Result<Response<PbDowngradeResponse>, Status> {
+        Err(unimplemented("Maintenance.Downgrade"))
+    }
+}
+
+/// Serves the store on `listener` until `stop`, with lease expiry.
+pub async fn serve(server: EtcdServer, listener: tokio::net::TcpListener, stop: tokio_util::sync::CancellationToken) -> Result<(), tonic::transport::Error> {
+    tokio::spawn(server.clone().expire_leases(stop.clone()));
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder().add_routes(server.router()).serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await
+}

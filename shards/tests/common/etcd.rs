@@ -1,0 +1,167 @@
+//! The store a test talks to: a real etcd 3.5 process on a free loopback port with its data on
+//! tmpfs, or, with `SHARDPLANE_STORE=embedded`, the router's embedded etcd-compatible store
+//! (RFC 0007), so every suite can run against either.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+pub struct Etcd {
+    backend: Backend,
+    dir: PathBuf,
+    pub endpoint: String,
+}
+
+/// What serves the endpoint.
+enum Backend {
+    /// A real etcd 3.5 process.
+    Process(Child),
+    /// The embedded store (`SHARDPLANE_STORE=embedded`), on a thread of its own until dropped.
+    Embedded(CancellationToken, Option<std::thread::JoinHandle<()>>),
+}
+
+/// Whether tests run against the embedded store instead of etcd (`SHARDPLANE_STORE=embedded`).
+pub fn embedded_store() -> bool {
+    std::env::var("SHARDPLANE_STORE").is_ok_and(|v| v == "embedded")
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn etcd_binary() -> PathBuf {
+    if let Ok(p) = std::env::var("SHARDPLANE_ETCD") {
+        return p.into();
+    }
+    // .tools/ sits at the workspace root, above whichever crate runs the tests.
+    let mut dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    loop {
+        let local = dir.join(".tools/etcd/usr/bin/etcd");
+        if local.exists() {
+            return local;
+        }
+        if !dir.pop() {
+            break;
+        }
+    }
+    panic!("etcd 3.5 not found: run deploy/local/install-deps.sh (or set SHARDPLANE_ETCD)");
+}
+
+impl Etcd {
+    /// Starts etcd and waits until it answers. Free ports are found by binding port 0 and
+    /// releasing it, so a parallel test can take the same port first: when etcd exits at start,
+    /// it is started again on fresh ports.
+    pub async fn start() -> Self {
+        Self::start_with(&[]).await
+    }
+
+    /// [`Etcd::start`] with extra etcd flags (e.g. a larger `--quota-backend-bytes`; the embedded
+    /// store takes none).
+    pub async fn start_with(extra: &[&str]) -> Self {
+        if embedded_store() {
+            return Self::start_embedded().await;
+        }
+        Self::start_process(extra).await
+    }
+
+    /// A real etcd process, whatever `SHARDPLANE_STORE` says.
+    pub async fn start_process(extra: &[&str]) -> Self {
+        for _attempt in 0..5 {
+            if let Some(etcd) = Self::try_start(extra).await {
+                return etcd;
+            }
+        }
+        panic!("etcd did not start in 5 attempts");
+    }
+
+    async fn try_start(extra: &[&str]) -> Option<Self> {
+        let base = if PathBuf::from("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let dir = base.join(format!("shardplane-etcd-{}", uuid::Uuid::new_v4()));
+        let (client, peer) = (free_port(), free_port());
+        let endpoint = format!("http://127.0.0.1:{client}");
+        let child = Command::new(etcd_binary())
+            .args(["--data-dir", dir.to_str().unwrap(), "--name", "test"])
+            .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])
+            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}"), "--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
+            .args(["--initial-cluster", &format!("test=http://127.0.0.1:{peer}")])
+            .args(["--log-level", "error", "--experimental-watch-progress-notify-interval", "5s"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn etcd");
+        let mut etcd = Self { backend: Backend::Process(child), dir, endpoint };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let Backend::Process(child) = &mut etcd.backend else { unreachable!() };
+            if child.try_wait().ok().flatten().is_some() {
+                return None; // exited: most likely a port taken meanwhile; Drop cleans up
+            }
+            if let Ok(s) = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await {
+                if s.current_revision().await.is_ok() {
+                    return Some(etcd);
+                }
+            }
+            assert!(Instant::now() < deadline, "etcd did not answer within 30 s");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Etcd {
+    /// The embedded store on a free loopback port, its data on tmpfs.
+    pub async fn start_embedded() -> Self {
+        let base = if PathBuf::from("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+        let dir = base.join(format!("shardplane-store-{}", uuid::Uuid::new_v4()));
+        let server = shardplane_kvstore::server::EtcdServer::open(&dir).expect("open the embedded store");
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        // Its own runtime: a test's runtime may be single-threaded or end before the store.
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                // Stopped outright, not gracefully: clients' watch streams may outlive the test.
+                tokio::select! {
+                    _ = shardplane_kvstore::server::serve(server, listener, token.clone()) => {}
+                    _ = token.cancelled() => {}
+                }
+            });
+        });
+        Self { backend: Backend::Embedded(stop, Some(thread)), dir, endpoint }
+    }
+
+    /// The etcd process's pid (this test process's with the embedded store).
+    pub fn pid(&self) -> u32 {
+        match &self.backend {
+            Backend::Process(c) => c.id(),
+            Backend::Embedded(..) => std::process::id(),
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        match &mut self.backend {
+            Backend::Process(child) => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Backend::Embedded(stop, thread) => {
+                stop.cancel();
+                if let Some(t) = thread.take() {
+                    let _ = t.join();
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
