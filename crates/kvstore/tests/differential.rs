@@ -48,8 +48,6 @@ fn err(e: etcd_client::Error) -> String {
 
 /// What one action answered, as text to compare.
 async fn run(c: &mut Client, prefix: &str, a: &Action) -> String {
-    let key = |k: u8| format!("{prefix}k{}", k % 8);
-    let rev = |c: i64, back: u8| c - (back as i64 % c.max(1));
     let now = c.get("\0", Some(GetOptions::new().with_count_only())).await.map(|r| r.header().unwrap().revision()).unwrap_or(1);
     let answer = answer(c, prefix, a, now).await;
     format!("at {now}: {answer}")
