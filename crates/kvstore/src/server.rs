@@ -205,8 +205,8 @@ impl EtcdServer {
         if st.broken {
             return Err(Status::unavailable("etcdserver: the store could not write to its disk; restart it"));
         }
-        let leases: Vec<i64> = st.leases.keys().copied().collect();
-        let (res, events) = st.mvcc.txn(t, &|id| leases.contains(&id)).map_err(mvcc_status)?;
+        let State { mvcc, leases, .. } = &mut *st;
+        let (res, events) = mvcc.txn(t, &|id| leases.contains_key(&id)).map_err(mvcc_status)?;
         let revision = st.mvcc.revision();
         if !events.is_empty() {
             if let Err(e) = self.inner.store.append(revision, &events) {

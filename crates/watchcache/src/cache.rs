@@ -398,22 +398,20 @@ impl WatchCache {
 
     fn mark(&self, rv: u64, answer: bool) {
         let mut g = self.write();
-        if rv <= g.synced {
-            if answer {
-                let synced = g.synced;
-                for w in g.watchers.iter().filter(|w| w.progress) {
-                    let _ = w.tx.try_send(WatchMsg::Progress(synced));
-                }
-            }
+        let moved = rv > g.synced;
+        if !moved && !answer {
             return;
         }
-        g.synced = rv;
+        g.synced = g.synced.max(rv);
+        let mark = g.synced;
         for w in g.watchers.iter().filter(|w| w.progress) {
             // A progress mark is advisory: when the buffer is full the next event closes the watcher.
-            let _ = w.tx.try_send(WatchMsg::Progress(rv));
+            let _ = w.tx.try_send(WatchMsg::Progress(mark));
         }
         drop(g);
-        self.synced_tx.send_replace(rv);
+        if moved {
+            self.synced_tx.send_replace(mark);
+        }
     }
 
     fn evict(g: &mut Inner, config: &CacheConfig) {
