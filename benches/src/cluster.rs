@@ -32,20 +32,33 @@ pub struct ShardProcess {
     pub url: String,
 }
 
-/// `shard-router --shards K` on `etcd`: the router's URL and its shard processes. Killing the
-/// router (on drop) stops the shards too (each exits when its stdin pipe closes); drop waits
-/// until they are gone.
+/// `shard-router --shards K` on `etcd` (or on its embedded store): the router's URL and its
+/// shard processes. Killing the router (on drop) stops the shards too (each exits when its
+/// stdin pipe closes); drop waits until they are gone.
 pub struct Topology {
     child: Child,
     pub url: String,
     pub shards: Vec<ShardProcess>,
+    /// The embedded store's endpoint, when the router serves one.
+    pub store: Option<String>,
 }
 
 impl Topology {
     pub async fn start(router: &Path, etcd: &str, k: u32) -> Self {
+        Self::spawn(router, &["--etcd-endpoints", etcd], k).await
+    }
+
+    /// The router with no `--etcd-endpoints`: it serves its embedded store (RFC 0007), kept in
+    /// `data_dir`.
+    pub async fn start_embedded(router: &Path, data_dir: &Path, k: u32) -> Self {
+        Self::spawn(router, &["--data-dir", data_dir.to_str().expect("a UTF-8 path")], k).await
+    }
+
+    async fn spawn(router: &Path, store_args: &[&str], k: u32) -> Self {
         let dir = std::env::temp_dir().join(format!("shardplane-bench-{}", uuid::Uuid::new_v4()));
         let mut child = Command::new(router)
-            .args(["--etcd-endpoints", etcd, "--shards", &k.to_string(), "--listen", "127.0.0.1:0"])
+            .args(store_args)
+            .args(["--shards", &k.to_string(), "--listen", "127.0.0.1:0"])
             .args(["--compaction-interval", "0", "--bookmark-interval", "60"])
             .arg("--kubeconfig")
             .arg(dir.join("kubeconfig"))
@@ -56,12 +69,13 @@ impl Topology {
             .spawn()
             .expect("spawn shard-router");
         let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        let mut shards = Vec::new();
+        let (mut shards, mut store) = (Vec::new(), None);
         let url = tokio::time::timeout(Duration::from_secs(120), async {
             while let Some(line) = lines.next_line().await.expect("router stdout") {
                 let words: Vec<&str> = line.split_whitespace().collect();
                 match words.as_slice() {
                     ["shard", _, "pid", pid, url] => shards.push(ShardProcess { pid: pid.parse().expect("pid"), url: (*url).to_owned() }),
+                    ["embedded", "store", _, "at", endpoint] => store = Some((*endpoint).to_owned()),
                     ["listening", "on", addr] => return format!("http://{addr}"),
                     _ => {}
                 }
@@ -72,7 +86,7 @@ impl Topology {
         .expect("shard-router listens within 120 s");
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         assert_eq!(shards.len(), k as usize);
-        let t = Self { child, url, shards };
+        let t = Self { child, url, shards, store };
         t.wait_ready(Duration::from_secs(900)).await;
         t
     }
@@ -181,4 +195,10 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     // After the command: state is field 3, utime 14, stime 15 (1-based) → index 11, 12 here.
     let ticks: f64 = fields.get(11).and_then(|u| u.parse::<f64>().ok()).unwrap_or(0.0) + fields.get(12).and_then(|s| s.parse::<f64>().ok()).unwrap_or(0.0);
     ticks / 100.0
+}
+
+/// A process's resident set (bytes), 0 if it is gone.
+pub fn rss_bytes(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).map_or(0.0, |kib| kib * 1024.0)
 }

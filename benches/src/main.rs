@@ -2,7 +2,7 @@
 //! machine, written to `benches/RESULTS.md` with plots under `benches/plots/`.
 //!
 //! `cargo run --release -p shardplane-benches -- all` (or one scenario: `memory-per-shard`,
-//! `list`, `watch`, `write`, `churn`, `move`) starts etcd on tmpfs, builds and starts `shard-router`
+//! `list`, `watch`, `write`, `churn`, `move`, `store`) starts etcd on tmpfs, builds and starts `shard-router`
 //! (which starts the shard processes), loads realistic objects and measures. `--smoke` runs
 //! every scenario at tiny sizes (CI runs it in a debug build so the benchmarks never rot; its
 //! report goes to `target/bench-smoke/` and says that its numbers mean nothing).
@@ -18,6 +18,7 @@ mod moves;
 mod objects;
 mod profile;
 mod report;
+mod store;
 mod watch;
 mod write;
 
@@ -30,7 +31,7 @@ use std::time::Instant;
 #[derive(Parser, Debug)]
 #[command(name = "bench")]
 struct Args {
-    /// `all`, or one of: memory-per-shard, list, watch, write, churn, move; or `serve`, which loads
+    /// `all`, or one of: memory-per-shard, list, watch, write, churn, move, store; or `serve`, which loads
     /// `--objects` pods (default 100000), starts `--shards` K behind a router, prints their
     /// URLs and pids and waits for Ctrl-C: a system to profile or try by hand.
     scenario: String,
@@ -53,7 +54,7 @@ struct Args {
     perf: bool,
 }
 
-const SCENARIOS: [&str; 6] = ["memory-per-shard", "list", "watch", "write", "churn", "move"];
+const SCENARIOS: [&str; 7] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -198,6 +199,9 @@ async fn main() {
     }
     if want("move") {
         sections.push(moves::run(&ctx).await);
+    }
+    if want("store") {
+        sections.push(store::run(&ctx).await);
     }
     if !memory_points.is_empty() {
         sections.push(scaling(&ctx, &memory_points, &list_points));

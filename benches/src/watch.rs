@@ -32,10 +32,10 @@ fn index_in(line: &[u8]) -> Option<usize> {
 }
 
 /// Arrival time of each event index at one watcher.
-type Arrivals = Vec<(usize, Instant)>;
+pub(crate) type Arrivals = Vec<(usize, Instant)>;
 
 /// A watcher over HTTP: reads event lines until it has `want` events or `deadline` passes.
-async fn http_watcher(resp: reqwest::Response, want: usize, deadline: Instant) -> Arrivals {
+pub(crate) async fn http_watcher(resp: reqwest::Response, want: usize, deadline: Instant) -> Arrivals {
     let mut got = Vec::with_capacity(want);
     let mut buf: Vec<u8> = Vec::new();
     let mut body = resp.bytes_stream();

@@ -10,15 +10,15 @@ use shardplane_apimachinery::encode::object_bytes;
 use shardplane_keyspace::{ObjectKey, etcd_layout};
 use std::time::Instant;
 
-const NS: &str = "writes";
-const CONCURRENCY: usize = 32;
+pub(crate) const NS: &str = "writes";
+pub(crate) const CONCURRENCY: usize = 32;
 
 fn configmap(i: usize, round: u32) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("wr-{i:07}"), "namespace": NS, "labels": {"app": format!("app-{}", i % 13)}}, "data": {"config.yaml": format!("round: {round}\n{}", "key: value-0123456789abcdef\n".repeat(32))}})
 }
 
 /// Runs `op(i)` for i in 0..n with CONCURRENCY in flight; returns operations per second.
-async fn rate<F, Fut>(n: usize, op: F) -> f64
+pub(crate) async fn rate<F, Fut>(n: usize, op: F) -> f64
 where
     F: Fn(usize) -> Fut,
     Fut: std::future::Future<Output = ()>,
@@ -29,7 +29,7 @@ where
 }
 
 /// n creates, then n updates, then n deletes through the router: (creates/s, updates/s, deletes/s).
-async fn router_round(c: &reqwest::Client, base: &str, n: usize) -> [f64; 3] {
+pub(crate) async fn router_round(c: &reqwest::Client, base: &str, n: usize) -> [f64; 3] {
     let ok = |r: reqwest::Response, what: &str| assert!(r.status().is_success(), "{what}: {}", r.status());
     let create = rate(n, |i| {
         let (c, base) = (c.clone(), base.to_owned());

@@ -374,6 +374,13 @@ impl Mvcc {
         if rev > self.revision {
             return Err(MvccError::FutureRevision);
         }
+        self.trim(rev);
+        self.compacted = rev;
+        Ok(())
+    }
+
+    /// Drops every version a read at `rev` or later cannot see.
+    fn trim(&mut self, rev: i64) {
         self.keys.retain(|_, versions| {
             let keep_from = versions.partition_point(|v| v.main <= rev).saturating_sub(1);
             versions.drain(..keep_from);
@@ -384,8 +391,6 @@ impl Mvcc {
             }
             !versions.is_empty()
         });
-        self.compacted = rev;
-        Ok(())
     }
 
     /// Every change of the keys in `[key, end)` at revisions from `start` on, in (revision,
@@ -419,20 +424,17 @@ impl Mvcc {
         self.revision = self.revision.max(rev);
     }
 
-    /// Sets the revision and compaction point read back from storage.
+    /// Sets the revision and compaction point read back from storage, and drops what the
+    /// replayed changes hold below it, so the key space is what it was before the restart.
     pub fn restore(&mut self, revision: i64, compacted: i64) {
         self.revision = self.revision.max(revision);
+        self.trim(compacted);
         self.compacted = compacted;
     }
 
     /// Every key that exists now with the lease `lease`.
     pub fn keys_with_lease(&self, lease: i64) -> Vec<Vec<u8>> {
         self.keys.iter().filter_map(|(k, v)| v.last().and_then(|v| v.kv.as_ref()).filter(|kv| kv.lease == lease).map(|_| k.clone())).collect()
-    }
-
-    /// The live state at the compacted revision (for storage, which keeps it as its base).
-    pub fn base(&self) -> Vec<Arc<Kv>> {
-        self.keys.values().filter_map(|v| v.first().filter(|v| v.main <= self.compacted).and_then(|v| v.kv.clone())).collect()
     }
 }
 

@@ -343,7 +343,7 @@ impl PbKvService for EtcdServer {
             .blocking(move |s| {
                 let mut st = s.lock();
                 st.mvcc.compact(rev).map_err(mvcc_status)?;
-                s.inner.store.compact(&st.mvcc, rev).map_err(|e| Status::unavailable(e.to_string()))?;
+                s.inner.store.compact(rev).map_err(|e| Status::unavailable(e.to_string()))?;
                 Ok(st.mvcc.revision())
             })
             .await?;
@@ -586,9 +586,53 @@ impl PbMaintenanceService for EtcdServer {
     }
 }
 
-/// Serves the store on `listener` until `stop`, with lease expiry.
-pub async fn serve(server: EtcdServer, listener: tokio::net::TcpListener, stop: tokio_util::sync::CancellationToken) -> Result<(), tonic::transport::Error> {
+/// Where the store listens: a TCP address, or a unix socket.
+pub enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Binds `addr`: `127.0.0.1:PORT` (0 for a free port) or `unix:PATH`. A socket file left by
+    /// a store that is gone is replaced; one a live process answers on is refused. The socket
+    /// is made readable and writable by its owner only.
+    pub async fn bind(addr: &str) -> std::io::Result<Self> {
+        let Some(path) = addr.strip_prefix("unix://").or_else(|| addr.strip_prefix("unix:")) else {
+            return Ok(Self::Tcp(tokio::net::TcpListener::bind(addr).await?));
+        };
+        let path = PathBuf::from(path);
+        if path.exists() {
+            if tokio::net::UnixStream::connect(&path).await.is_ok() {
+                return Err(std::io::Error::new(std::io::ErrorKind::AddrInUse, format!("{} is in use by a running process", path.display())));
+            }
+            std::fs::remove_file(&path)?;
+        }
+        let listener = tokio::net::UnixListener::bind(&path)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(Self::Unix(listener, path))
+    }
+
+    /// The endpoint clients connect to: `http://127.0.0.1:PORT` or `unix:PATH`.
+    pub fn endpoint(&self) -> std::io::Result<String> {
+        Ok(match self {
+            Self::Tcp(l) => format!("http://{}", l.local_addr()?),
+            Self::Unix(_, path) => format!("unix:{}", path.display()),
+        })
+    }
+}
+
+/// Serves the store on `listener` until `stop`, with lease expiry; a unix socket's file is
+/// removed when it stops.
+pub async fn serve(server: EtcdServer, listener: Listener, stop: tokio_util::sync::CancellationToken) -> Result<(), tonic::transport::Error> {
     tokio::spawn(server.clone().expire_leases(stop.clone()));
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    tonic::transport::Server::builder().add_routes(server.router()).serve_with_incoming_shutdown(incoming, stop.cancelled_owned()).await
+    let routes = tonic::transport::Server::builder().add_routes(server.router());
+    match listener {
+        Listener::Tcp(l) => routes.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(l), stop.cancelled_owned()).await,
+        Listener::Unix(l, path) => {
+            let served = routes.serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(l), stop.cancelled_owned()).await;
+            let _ = std::fs::remove_file(path);
+            served
+        }
+    }
 }

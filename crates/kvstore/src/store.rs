@@ -1,6 +1,8 @@
 //! Durability for the key space: a redb database in the data directory holding every write
-//! transaction's changes by revision (the log), the state at the compacted revision (the
-//! base), the compaction point and the leases. A write is acknowledged only after its changes
+//! transaction's changes by revision from the compacted one on (the log), the state just
+//! before the compacted revision (the base), the compaction point and the leases. The log keeps
+//! the compacted revision's own changes, so a delete made at it is still there after a restart
+//! for a watch that starts at it. A write is acknowledged only after its changes
 //! are committed (redb's immediate durability: fsync), so it survives `kill -9`. Opening the
 //! database locks its file: a second store on the same directory is refused.
 
@@ -110,26 +112,24 @@ impl Store {
         w.commit().map_err(io)
     }
 
-    /// Records a compaction at `revision` (already done in `mvcc`): the log up to it folds into
-    /// the base.
-    pub fn compact(&self, mvcc: &Mvcc, revision: i64) -> Result<(), StoreError> {
+    /// Records a compaction at `revision` (already done in memory): the log below it folds
+    /// into the base, in revision order, so the base is the state at `revision - 1`.
+    pub fn compact(&self, revision: i64) -> Result<(), StoreError> {
         let w = self.db.begin_write().map_err(io)?;
         {
             let mut log = w.open_table(LOG).map_err(io)?;
             let mut base = w.open_table(BASE).map_err(io)?;
-            let mut keys = std::collections::BTreeSet::new();
-            for row in log.range(..=revision as u64).map_err(io)? {
+            for row in log.range(..revision as u64).map_err(io)? {
                 let (_, v) = row.map_err(io)?;
-                keys.extend(decode(v.value())?.into_iter().map(|e| e.kv.key));
-            }
-            for key in keys {
-                let now = mvcc.range(&crate::mvcc::RangeRequest { key: key.clone(), revision, ..Default::default() }).map_err(io)?;
-                match now.kvs.first() {
-                    Some(kv) => base.insert(key.as_slice(), to_pb(kv).encode_to_vec().as_slice()).map(|_| ()).map_err(io)?,
-                    None => base.remove(key.as_slice()).map(|_| ()).map_err(io)?,
+                for e in decode(v.value())? {
+                    if e.deleted {
+                        base.remove(e.kv.key.as_slice()).map_err(io)?;
+                    } else {
+                        base.insert(e.kv.key.as_slice(), to_pb(&e.kv).encode_to_vec().as_slice()).map_err(io)?;
+                    }
                 }
             }
-            log.retain_in(..=revision as u64, |_, _| false).map_err(io)?;
+            log.retain_in(..revision as u64, |_, _| false).map_err(io)?;
             w.open_table(META).map_err(io)?.insert("compacted", revision as u64).map_err(io)?;
         }
         w.commit().map_err(io)
@@ -154,3 +154,7 @@ impl Store {
         std::fs::metadata(path.join("store.redb")).map_or(0, |m| m.len() as i64)
     }
 }
+
+#[cfg(test)]
+#[path = "store_tests.rs"]
+mod tests;

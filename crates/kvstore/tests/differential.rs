@@ -1,8 +1,8 @@
 //! The embedded store against real etcd 3.5 (issue #7): the same random sequences of puts,
 //! deletes, range deletes, transactions with comparisons, reads at old revisions, compactions
 //! and watches from old revisions go to both through etcd-client, and every answer and every
-//! event stream must be the same. Then the storage layer the shards use, leases included, runs
-//! one scenario on both.
+//! event stream must be the same. The embedded store is reached over a unix socket with the
+//! storage crate's connector, so that path is under the same test.
 
 #[path = "../../../shards/tests/common/etcd.rs"]
 mod etcd;
@@ -150,8 +150,9 @@ async fn answer(c: &mut Client, prefix: &str, a: &Action, now: i64) -> String {
 #[test]
 fn the_embedded_store_answers_as_etcd_does() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let (etcd, store) = rt.block_on(async { (Etcd::start_process(&[]).await, Etcd::start_embedded().await) });
-    let (a, b) = rt.block_on(async { (Client::connect([etcd.endpoint.as_str()], None).await.unwrap(), Client::connect([store.endpoint.as_str()], None).await.unwrap()) });
+    let (etcd, store) = rt.block_on(async { (Etcd::start_process(&[]).await, Etcd::start_embedded_unix().await) });
+    assert!(store.endpoint.starts_with("unix:"), "{}", store.endpoint);
+    let (a, b) = rt.block_on(async { (Client::connect([etcd.endpoint.as_str()], None).await.unwrap(), shardplane_storage::Storage::connect(&[store.endpoint.clone()]).await.unwrap().client()) });
     let case = std::sync::atomic::AtomicU32::new(0);
     let clients = std::sync::Mutex::new((a, b));
     proptest!(ProptestConfig::with_cases(48), |(actions in proptest::collection::vec(action(), 1..40))| {

@@ -212,30 +212,54 @@ fn send_signal(pid: i32, signal: i32) {
     assert!(status.success());
 }
 
+/// The default namespace's ConfigMaps (name, resourceVersion), sorted, once `r` is ready.
+async fn configmaps_when_ready(r: &TestShard) -> Vec<(String, String)> {
+    wait_for(Duration::from_secs(30), || async { client().get(format!("{}/readyz", r.url)).send().await.is_ok_and(|x| x.status() == 200) }).await;
+    let (_, list) = r.get("/api/v1/namespaces/default/configmaps").await;
+    let mut listed: Vec<(String, String)> = list["items"].as_array().unwrap().iter().map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), i["metadata"]["resourceVersion"].as_str().unwrap().to_owned())).collect();
+    listed.sort();
+    listed
+}
+
 /// With no `--etcd-endpoints` the router serves its embedded store (RFC 0007): what it
 /// acknowledged survives SIGKILL, resourceVersions are kept, a watch resumed from an RV of the
-/// first run is served, and a second router on the same data directory is refused.
+/// first run is served, and a second router on the same data directory is refused. The first
+/// run serves the store on loopback TCP, the later ones on a unix socket (`--store-listen`),
+/// the last after a SIGKILL left the socket file behind.
 #[tokio::test]
 async fn the_embedded_store_keeps_everything_across_a_kill() {
     let dir = std::env::temp_dir().join(format!("shardplane-embedded-{}", uuid::Uuid::new_v4()));
-    let spawn = |port_file: &str| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_shard-router"))
-            .args(["--shards", "2", "--listen", "127.0.0.1:0", "--data-dir", dir.join("store").to_str().unwrap(), "--kubeconfig", dir.join(port_file).to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+    let socket = dir.join("etcd.sock");
+    let spawn = |port_file: &str, unix: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_shard-router"));
+        c.args(["--shards", "2", "--listen", "127.0.0.1:0", "--data-dir", dir.join("store").to_str().unwrap(), "--kubeconfig", dir.join(port_file).to_str().unwrap()]);
+        if unix {
+            c.arg("--store-listen").arg(format!("unix:{}", socket.display()));
+        }
+        let mut c = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
-        let addr = loop {
-            let Some(Ok(line)) = lines.next() else { break None };
-            if let Some(a) = line.strip_prefix("listening on ") {
-                break Some(a.to_owned());
+        let (mut store, mut addr) = (None, None);
+        while let Some(Ok(line)) = lines.next() {
+            if let Some(at) = line.strip_prefix("embedded store ") {
+                store = at.split(" at ").nth(1).map(str::to_owned);
             }
-        };
+            if let Some(a) = line.strip_prefix("listening on ") {
+                addr = Some(a.to_owned());
+                break;
+            }
+        }
+        if unix && addr.is_some() {
+            assert_eq!(store, Some(format!("unix:{}", socket.display())), "the store serves on the socket");
+        }
         std::thread::spawn(move || for _ in lines {});
         (KillOnDrop(c), addr)
     };
-    let (mut first, addr) = spawn("kc1");
+    let restart = |port_file: &str| {
+        let (router, addr) = spawn(port_file, true);
+        let r = TestShard::attach(format!("http://{}", addr.expect("the restarted router listens")), "127.0.0.1:1".parse().unwrap());
+        (router, r)
+    };
+    let (mut first, addr) = spawn("kc1", false);
     let r = TestShard::attach(format!("http://{}", addr.unwrap()), "127.0.0.1:1".parse().unwrap());
     wait_for(Duration::from_secs(30), || async { r.get("/api/v1/namespaces/default").await.0 == 200 }).await;
     let mut written = Vec::new();
@@ -247,7 +271,7 @@ async fn the_embedded_store_keeps_everything_across_a_kill() {
     let mid = written[9].1.clone();
 
     // A second router on the same data directory is refused while the first runs.
-    let (mut second, addr2) = spawn("kc2");
+    let (mut second, addr2) = spawn("kc2", false);
     assert!(addr2.is_none(), "a second store opened a data directory in use");
     let status = second.0.wait().unwrap();
     assert!(!status.success());
@@ -255,17 +279,18 @@ async fn the_embedded_store_keeps_everything_across_a_kill() {
     std::io::Read::read_to_string(&mut second.0.stderr.take().unwrap(), &mut err).unwrap();
     assert!(err.contains("in use by another store"), "{err}");
 
-    send_signal(first.0.id() as i32, 9);
-    let _ = first.0.wait();
-    let (_again, addr) = spawn("kc3");
-    let r = TestShard::attach(format!("http://{}", addr.expect("the restarted router listens")), "127.0.0.1:1".parse().unwrap());
-    wait_for(Duration::from_secs(30), || async { client().get(format!("{}/readyz", r.url)).send().await.is_ok_and(|x| x.status() == 200) }).await;
-    let (_, list) = r.get("/api/v1/namespaces/default/configmaps").await;
-    let mut listed: Vec<(String, String)> = list["items"].as_array().unwrap().iter().map(|i| (i["metadata"]["name"].as_str().unwrap().to_owned(), i["metadata"]["resourceVersion"].as_str().unwrap().to_owned())).collect();
-    listed.sort();
     let mut want = written.clone();
     want.sort();
-    assert_eq!(listed, want, "every acknowledged write, at its resourceVersion");
+    send_signal(first.0.id() as i32, 9);
+    let _ = first.0.wait();
+    let (mut on_socket, r) = restart("kc3");
+    assert_eq!(configmaps_when_ready(&r).await, want, "every acknowledged write, at its resourceVersion");
+    // Killed again: the socket file stays behind, and the next start replaces it.
+    send_signal(on_socket.0.id() as i32, 9);
+    let _ = on_socket.0.wait();
+    assert!(socket.exists(), "SIGKILL leaves the socket file");
+    let (_again, r) = restart("kc4");
+    assert_eq!(configmaps_when_ready(&r).await, want, "every acknowledged write, at its resourceVersion");
     // A watch resumed from the first run's RV gets the changes after it.
     let mut w = r.watch(&format!("/api/v1/namespaces/default/configmaps?watch=1&resourceVersion={mid}")).await;
     let mut seen = Vec::new();

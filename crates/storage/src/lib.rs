@@ -65,6 +65,11 @@ impl From<etcd_client::Error> for StorageError {
     }
 }
 
+/// The socket path of a `unix:` endpoint (`unix:/run/etcd.sock`, `unix:///run/etcd.sock`).
+pub fn unix_socket_path(endpoint: &str) -> Option<&str> {
+    endpoint.strip_prefix("unix://").or_else(|| endpoint.strip_prefix("unix:")).filter(|p| !p.is_empty())
+}
+
 /// Result alias.
 pub type Result<T> = std::result::Result<T, StorageError>;
 
@@ -88,12 +93,29 @@ pub struct Storage {
 }
 
 impl Storage {
-    /// Connects to the given endpoints (`http://127.0.0.1:2379`).
+    /// Connects to the given endpoints (`http://127.0.0.1:2379`), or to one unix socket
+    /// (`unix:/path/to/socket`, or `unix:///path/to/socket`, as etcd spells it).
     pub async fn connect(endpoints: &[String]) -> Result<Self> {
-        let opts = etcd_client::ConnectOptions::new()
-            .with_connect_timeout(std::time::Duration::from_secs(5))
-            .with_timeout(std::time::Duration::from_secs(30));
-        Ok(Self { client: Client::connect(endpoints, Some(opts)).await? })
+        const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+        const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+        let sockets: Vec<&str> = endpoints.iter().filter_map(|e| unix_socket_path(e)).collect();
+        if sockets.is_empty() {
+            let opts = etcd_client::ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(TIMEOUT);
+            return Ok(Self { client: Client::connect(endpoints, Some(opts)).await? });
+        }
+        let [path] = sockets[..] else {
+            return Err(StorageError::Etcd(format!("a unix socket endpoint must be the only endpoint, got {endpoints:?}")));
+        };
+        let path = std::path::PathBuf::from(path);
+        // The URI names no host: the connector dials the socket whatever it says.
+        let channel = tonic::transport::Endpoint::from_static("http://unix.socket")
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(TIMEOUT)
+            .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+                let path = path.clone();
+                async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+            }));
+        Ok(Self { client: Client::from_channel(etcd_client::Channel::Tonic(channel), None).await? })
     }
 
     /// The raw client, for watches and maintenance.

@@ -115,19 +115,29 @@ impl Etcd {
 impl Etcd {
     /// The embedded store on a free loopback port, its data on tmpfs.
     pub async fn start_embedded() -> Self {
+        Self::start_embedded_at("127.0.0.1:0")
+    }
+
+    /// The embedded store on a unix socket in its data directory, its data on tmpfs.
+    pub async fn start_embedded_unix() -> Self {
+        Self::start_embedded_at("unix")
+    }
+
+    /// `at`: a TCP address, or `unix` for a socket in the data directory.
+    fn start_embedded_at(at: &str) -> Self {
         let base = if PathBuf::from("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
         let dir = base.join(format!("shardplane-store-{}", uuid::Uuid::new_v4()));
         let server = shardplane_kvstore::server::EtcdServer::open(&dir).expect("open the embedded store");
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let addr = if at == "unix" { format!("unix:{}", dir.join("etcd.sock").display()) } else { at.to_owned() };
+        let (ready_tx, ready) = std::sync::mpsc::channel();
         let stop = CancellationToken::new();
         let token = stop.clone();
         // Its own runtime: a test's runtime may be single-threaded or end before the store.
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
             rt.block_on(async move {
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let listener = shardplane_kvstore::server::Listener::bind(&addr).await.expect("bind the embedded store");
+                ready_tx.send(listener.endpoint().unwrap()).unwrap();
                 // Stopped outright, not gracefully: clients' watch streams may outlive the test.
                 tokio::select! {
                     _ = shardplane_kvstore::server::serve(server, listener, token.clone()) => {}
@@ -135,6 +145,7 @@ impl Etcd {
                 }
             });
         });
+        let endpoint = ready.recv().expect("the embedded store's endpoint");
         Self { backend: Backend::Embedded(stop, Some(thread)), dir, endpoint }
     }
 

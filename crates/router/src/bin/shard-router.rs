@@ -26,6 +26,10 @@ struct Args {
     /// Where the embedded store keeps its data (without `--etcd-endpoints`).
     #[arg(long, default_value = ".shardplane/store")]
     data_dir: PathBuf,
+    /// Where the embedded store listens for the shards: `127.0.0.1:PORT` (0: a free port) or
+    /// `unix:PATH` (a socket only this user can open).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    store_listen: String,
     /// How many shard processes to start.
     #[arg(long = "shards", default_value_t = 4)]
     shard_count: u32,
@@ -57,12 +61,12 @@ fn main() -> std::process::ExitCode {
     tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime").block_on(run(args))
 }
 
-/// Opens the embedded store in `dir` and serves it on a free loopback port until `stop`;
-/// returns its endpoint.
-async fn start_embedded_store(dir: &std::path::Path, stop: tokio_util::sync::CancellationToken) -> Result<String, String> {
+/// Opens the embedded store in `dir` and serves it on `listen` until `stop`; returns its
+/// endpoint.
+async fn start_embedded_store(dir: &std::path::Path, listen: &str, stop: tokio_util::sync::CancellationToken) -> Result<String, String> {
     let server = shardplane_kvstore::server::EtcdServer::open(dir).map_err(|e| e.to_string())?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.map_err(|e| e.to_string())?;
-    let endpoint = format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?);
+    let listener = shardplane_kvstore::server::Listener::bind(listen).await.map_err(|e| format!("--store-listen {listen}: {e}"))?;
+    let endpoint = listener.endpoint().map_err(|e| e.to_string())?;
     tokio::spawn(async move {
         if let Err(e) = shardplane_kvstore::server::serve(server, listener, stop).await {
             tracing::error!(error = %e, "the embedded store stopped");
@@ -78,7 +82,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shard-urls needs --etcd-endpoints: the shards it fronts must use the same etcd");
             return std::process::ExitCode::from(2);
         }
-        match start_embedded_store(&args.data_dir, shutdown.clone()).await {
+        match start_embedded_store(&args.data_dir, &args.store_listen, shutdown.clone()).await {
             Ok(endpoint) => {
                 println!("embedded store {} at {endpoint}", args.data_dir.display());
                 args.etcd_endpoints = vec![endpoint];
