@@ -147,6 +147,10 @@ struct Inner {
     /// from the revision each joined at: a LIST or watch that may show such a range is refused
     /// below it. Dropped once the history starts above it.
     joined: Vec<(Owned, u64)>,
+    /// The last revision of history read back from etcd rather than seen live
+    /// ([`WatchCache::backfill`]): when those changes happened is unknown, so they count as
+    /// older than any age.
+    backfilled_to: u64,
     synced: u64,
     ready: bool,
     bytes: usize,
@@ -198,6 +202,7 @@ impl WatchCache {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
                 history_start: 0,
+                backfilled_to: 0,
                 joined: Vec::new(),
                 synced: 0,
                 ready: false,
@@ -303,16 +308,21 @@ impl WatchCache {
         let synced = g.synced;
         g.history = past.into_iter().filter(|c| c.object.rv > from && c.object.rv <= synced).map(|c| c.into_event(now)).collect();
         g.history_start = from;
+        g.backfilled_to = synced;
         Self::evict(&mut g, &self.config);
     }
 
     /// The newest revision the history had reached `age` ago (its start if it holds nothing
-    /// that old): every change after it is younger than `age`.
+    /// that old): every change after it is younger than `age`. Changes read back by
+    /// [`WatchCache::backfill`] count as older than any age (their time is unknown; stamped
+    /// with their load time, they would make a range taken over soon after a load read the
+    /// whole backfilled history from etcd between two events, stalling the cache).
     pub fn revision_before(&self, age: Duration) -> u64 {
         let g = self.read();
-        let Some(cutoff) = Instant::now().checked_sub(age) else { return g.history_start };
+        let Some(cutoff) = Instant::now().checked_sub(age) else { return g.history_start.max(g.backfilled_to) };
         let younger = g.history.partition_point(|e| e.at <= cutoff);
-        if younger == 0 { g.history_start } else { g.history[younger - 1].rv }
+        let before = if younger == 0 { g.history_start } else { g.history[younger - 1].rv };
+        before.max(g.backfilled_to)
     }
 
     /// The oldest revision from which the history has every change `filter` may select.

@@ -312,3 +312,17 @@ fn a_range_adopted_with_part_of_its_past_is_refused_only_before_that_part() {
     assert_eq!(got, [("moved".to_owned(), 12), ("mine".to_owned(), 13)]);
     assert_eq!(cache.revision_before(Duration::ZERO), 13);
 }
+
+/// History read back from etcd on load counts as older than any age: a range taken over soon
+/// after a load must not read the whole backfilled history from etcd again between two events
+/// (that stalled the cache, and writes waiting on it, for hundreds of milliseconds per move).
+#[test]
+fn backfilled_history_counts_as_older_than_any_age() {
+    let cache = WatchCache::new(CacheConfig::default());
+    cache.replace(vec![obj("ns", "a", "red", 5)], 20);
+    cache.backfill(10, vec![PastChange { object: obj("ns", "a", "red", 15), prev: None, deleted: false }]);
+    assert_eq!(cache.revision_before(Duration::from_secs(30)), 20);
+    cache.apply(obj("ns", "a", "blue", 21), false);
+    assert_eq!(cache.revision_before(Duration::ZERO), 21);
+    assert_eq!(cache.revision_before(Duration::from_secs(3600)), 20);
+}
