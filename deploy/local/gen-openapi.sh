@@ -21,6 +21,7 @@ with zipfile.ZipFile(wheel) as z:
 roots = [f"io.k8s.api.core.v1.{k}" for k in ["Namespace", "ConfigMap", "Secret", "Pod", "Service", "Endpoints", "ServiceAccount", "Event", "PodTemplate", "ReplicationController"]]
 roots += ["io.k8s.api.coordination.v1.Lease", "io.k8s.api.batch.v1.Job"]
 roots += [f"io.k8s.api.apps.v1.{k}" for k in ["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"]]
+roots += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition"]
 roots += [f"io.k8s.apimachinery.pkg.apis.meta.v1.{k}" for k in ["DeleteOptions", "Status"]]
 REF = "#/$defs/"
 
@@ -39,7 +40,7 @@ def convert(s, top=False):
         return out
     out = {}
     for k, v in s.items():
-        if k == "$ref":
+        if k == "$ref" and isinstance(v, str):
             continue
         if k == "type" and isinstance(v, list):
             v = [t for t in v if t != "null"]
@@ -51,7 +52,7 @@ def convert(s, top=False):
             out[k] = v
             continue
         out[k] = convert(v)
-    if "$ref" in s:
+    if isinstance(s.get("$ref"), str):
         ref = "#/components/schemas/" + s["$ref"][len(REF):]
         if out:
             out["allOf"] = [{"$ref": ref}]
@@ -61,7 +62,7 @@ def convert(s, top=False):
 
 def refs(s, acc):
     if isinstance(s, dict):
-        if "$ref" in s and s["$ref"].startswith(REF):
+        if isinstance(s.get("$ref"), str) and s["$ref"].startswith(REF):
             acc.add(s["$ref"][len(REF):])
         for v in s.values():
             refs(v, acc)

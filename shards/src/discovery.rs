@@ -20,12 +20,42 @@ pub fn version() -> Value {
     json!({"major": "1", "minor": "33", "emulationMajor": "1", "emulationMinor": "33", "gitVersion": concat!("v1.33.0-shardplane.", env!("CARGO_PKG_VERSION")), "gitCommit": "", "gitTreeState": "clean", "buildDate": "", "goVersion": "", "compiler": "rustc", "platform": "linux/amd64"})
 }
 
-fn groups(resources: &[Arc<ResourceInfo>]) -> Vec<(&'static str, &'static str)> {
-    let mut out: Vec<(&str, &str)> = Vec::new();
-    for r in resources.iter().filter(|r| !r.group.is_empty()) {
-        if !out.contains(&(r.group, r.version)) {
-            out.push((r.group, r.version));
+/// Whether a custom resource has the scale subresource.
+fn has_scale(r: &ResourceInfo) -> bool {
+    r.custom.as_ref().is_some_and(|c| c.scale.is_some())
+}
+
+/// Upstream's version order: GA before beta before alpha, higher majors first within each, then
+/// higher minor levels; anything else after, by name.
+fn version_order(v: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>, String) {
+    let parsed = v.strip_prefix('v').and_then(|rest| {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let major: u64 = rest[..digits].parse().ok()?;
+        match &rest[digits..] {
+            "" => Some((0, major, 0)),
+            t if t.starts_with("beta") => Some((1, major, t[4..].parse().ok()?)),
+            t if t.starts_with("alpha") => Some((2, major, t[5..].parse().ok()?)),
+            _ => None,
         }
+    });
+    match parsed {
+        Some((level, major, minor)) => (level, std::cmp::Reverse(major), std::cmp::Reverse(minor), String::new()),
+        None => (3, std::cmp::Reverse(0), std::cmp::Reverse(0), v.to_owned()),
+    }
+}
+
+/// The named groups and their versions, preferred first, in discovery order.
+fn groups(resources: &[Arc<ResourceInfo>]) -> Vec<(&str, Vec<&str>)> {
+    let mut out: Vec<(&str, Vec<&str>)> = Vec::new();
+    for r in resources.iter().filter(|r| !r.group.is_empty()) {
+        match out.iter_mut().find(|(g, _)| *g == r.group) {
+            Some((_, vs)) if !vs.contains(&r.version.as_str()) => vs.push(&r.version),
+            Some(_) => {}
+            None => out.push((&r.group, vec![&r.version])),
+        }
+    }
+    for (_, vs) in &mut out {
+        vs.sort_by_key(|v| version_order(v));
     }
     out
 }
@@ -35,21 +65,21 @@ pub fn api_versions() -> Value {
     json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}]})
 }
 
-fn group_json(g: &str, v: &str) -> Value {
-    let gv = format!("{g}/{v}");
-    json!({"name": g, "versions": [{"groupVersion": gv, "version": v}], "preferredVersion": {"groupVersion": gv, "version": v}})
+fn group_json(g: &str, versions: &[&str]) -> Value {
+    let gv = |v: &str| json!({"groupVersion": format!("{g}/{v}"), "version": v});
+    json!({"name": g, "versions": versions.iter().map(|v| gv(v)).collect::<Vec<_>>(), "preferredVersion": gv(versions[0])})
 }
 
 /// `/apis` (legacy).
 pub fn api_group_list(resources: &[Arc<ResourceInfo>]) -> Value {
-    let gs: Vec<Value> = groups(resources).into_iter().map(|(g, v)| group_json(g, v)).collect();
+    let gs: Vec<Value> = groups(resources).into_iter().map(|(g, vs)| group_json(g, &vs)).collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": gs})
 }
 
 /// `/apis/{g}`.
 pub fn api_group(resources: &[Arc<ResourceInfo>], group: &str) -> Option<Value> {
-    let (g, v) = groups(resources).into_iter().find(|(g, _)| *g == group)?;
-    let mut doc = group_json(g, v);
+    let (g, vs) = groups(resources).into_iter().find(|(g, _)| *g == group)?;
+    let mut doc = group_json(g, &vs);
     doc["kind"] = "APIGroup".into();
     doc["apiVersion"] = "v1".into();
     Some(doc)
@@ -74,6 +104,9 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
         if r.has_status {
             items.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
         }
+        if has_scale(r) {
+            items.push(json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
+        }
         if r.plural == "namespaces" && r.group.is_empty() {
             items.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
         }
@@ -82,38 +115,62 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
     Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": items}))
 }
 
+/// One group-version's resources in aggregated discovery.
+fn aggregated_resources(resources: &[Arc<ResourceInfo>], g: &str, v: &str) -> Vec<Value> {
+    resources
+        .iter()
+        .filter(|r| r.group == g && r.version == v)
+        .map(|r| {
+            let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
+            let mut e = json!({
+                "resource": r.plural,
+                "responseKind": kind,
+                "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                "singularResource": r.singular,
+                "verbs": VERBS,
+            });
+            if !r.short_names.is_empty() {
+                e["shortNames"] = json!(r.short_names);
+            }
+            if !r.categories.is_empty() {
+                e["categories"] = json!(r.categories);
+            }
+            let mut subresources = Vec::new();
+            if r.has_status {
+                subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
+            }
+            if has_scale(r) {
+                subresources.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "patch", "update"]}));
+            }
+            if !subresources.is_empty() {
+                e["subresources"] = Value::Array(subresources);
+            }
+            e
+        })
+        .collect()
+}
+
 /// Aggregated discovery for `/api` (`core = true`) or `/apis`.
 pub fn aggregated(resources: &[Arc<ResourceInfo>], core: bool) -> Value {
-    let gvs: Vec<(&str, &str)> = if core { vec![("", "v1")] } else { groups(resources) };
+    let gvs: Vec<(&str, Vec<&str>)> = if core { vec![("", vec!["v1"])] } else { groups(resources) };
     let items: Vec<Value> = gvs
         .into_iter()
-        .map(|(g, v)| {
-            let rs: Vec<Value> = resources
-                .iter()
-                .filter(|r| r.group == g && r.version == v)
-                .map(|r| {
-                    let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
-                    let mut e = json!({
-                        "resource": r.plural,
-                        "responseKind": kind,
-                        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
-                        "singularResource": r.singular,
-                        "verbs": VERBS,
-                    });
-                    if !r.short_names.is_empty() {
-                        e["shortNames"] = json!(r.short_names);
-                    }
-                    if !r.categories.is_empty() {
-                        e["categories"] = json!(r.categories);
-                    }
-                    if r.has_status {
-                        e["subresources"] = json!([{"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}]);
-                    }
-                    e
-                })
-                .collect();
-            json!({"metadata": {"name": g}, "versions": [{"version": v, "resources": rs, "freshness": "Current"}]})
+        .map(|(g, vs)| {
+            let versions: Vec<Value> = vs.iter().map(|v| json!({"version": v, "resources": aggregated_resources(resources, g, v), "freshness": "Current"})).collect();
+            json!({"metadata": {"name": g}, "versions": versions})
         })
         .collect();
     json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_are_ordered_as_upstream_prefers_them() {
+        let mut vs = vec!["v1beta1", "v1alpha1", "v2", "v1", "v2beta2", "v2beta1", "zz", "v10"];
+        vs.sort_by_key(|v| version_order(v));
+        assert_eq!(vs, ["v10", "v2", "v1", "v2beta2", "v2beta1", "v1beta1", "v1alpha1", "zz"]);
+    }
 }

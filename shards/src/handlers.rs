@@ -80,7 +80,7 @@ impl View {
     fn transformed(&self, info: &ResourceInfo, status: StatusCode, objects: &[&[u8]], meta: Value, single: bool) -> Reply {
         match self.repr {
             Representation::Json => unreachable!("plain JSON is not transformed"),
-            Representation::Metadata { list, .. } if list == single => Err(ApiError::metadata_shape_mismatch(list, info.group, info.kind)),
+            Representation::Metadata { list, .. } if list == single => Err(ApiError::metadata_shape_mismatch(list, &info.group, &info.kind)),
             Representation::Metadata { version, .. } if single => Ok(body::json(status, encode::object_bytes(&table::partial_metadata(version, objects[0])))),
             Representation::Metadata { version, .. } => {
                 let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": format!("meta.k8s.io/{version}"), "metadata": meta, "items": objects.iter().map(|o| table::partial_metadata(version, o)).collect::<Vec<_>>()});
@@ -122,7 +122,7 @@ pub fn form_value(query: &str, name: &str) -> Option<String> {
     form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
 }
 
-fn dry_run(query: &str) -> Result<bool, ApiError> {
+pub(crate) fn dry_run(query: &str) -> Result<bool, ApiError> {
     match form_value(query, "dryRun").as_deref() {
         None | Some("") => Ok(false),
         Some("All") => Ok(true),
@@ -140,7 +140,8 @@ pub fn filter(shard: &Shard, t: &Target, o: &ListOptions) -> Filter {
 pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str, view: View) -> Reply {
     let ns = t.namespace.as_deref().unwrap_or("");
     shard.owned_key(&t.info, ns, name)?;
-    let cache = &shard.served(&t.info).cache;
+    let served = shard.served(&t.info)?;
+    let cache = &served.cache;
     match form_value(query, "resourceVersion").as_deref() {
         None | Some("") => {
             let rev = shard.storage.current_revision().await.map_err(storage_err)?;
@@ -154,13 +155,14 @@ pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str, view: View)
     }
     match cache.get(ns, name) {
         Some(o) => view.render(&t.info, &[o.clone()], json!({"resourceVersion": o.rv.to_string()}), true),
-        None => Err(ApiError::not_found(t.info.group, t.info.plural, name)),
+        None => Err(ApiError::not_found(&t.info.group, &t.info.plural, name)),
     }
 }
 
 /// LIST from the cache with upstream's resourceVersion, paging and selector rules.
 pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Reply {
-    let cache = &shard.served(&t.info).cache;
+    let served = shard.served(&t.info)?;
+    let cache = &served.cache;
     let sem = o.list_semantics();
     let at = match sem {
         ListSemantics::MostRecent => {
@@ -226,7 +228,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
 
 /// Where a write reads the object it changes from.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Source {
+pub(crate) enum Source {
     /// etcd: authoritative, one more round trip.
     Etcd,
     /// The watch cache when it holds the object (else etcd). As upstream's GuaranteedUpdate with
@@ -236,21 +238,21 @@ enum Source {
 }
 
 /// The object a write changes, with its revision (the write's CAS compares on it).
-async fn current_from(shard: &Shard, info: &ResourceInfo, key: &[u8], ns: &str, name: &str, source: Source) -> Result<(Value, Kv), ApiError> {
+pub(crate) async fn current_from(shard: &Shard, info: &ResourceInfo, key: &[u8], ns: &str, name: &str, source: Source) -> Result<(Value, Kv), ApiError> {
     if source == Source::CacheFirst {
-        if let Some(o) = shard.served(info).cache.get(ns, name) {
+        if let Some(o) = shard.served(info)?.cache.get(ns, name) {
             let v: Value = serde_json::from_slice(&o.bytes).map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))?;
             return Ok((v, Kv { key: key.to_vec(), value: o.bytes.clone(), mod_revision: o.rv, create_revision: 0 }));
         }
     }
     let (kv, _) = shard.storage.get(key).await.map_err(storage_err)?;
-    let kv = kv.ok_or_else(|| ApiError::not_found(info.group, info.plural, name))?;
+    let kv = kv.ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
     let mut v: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("stored object is not JSON: {e}")))?;
     meta::set_resource_version(&mut v, kv.mod_revision);
     Ok((v, kv))
 }
 
-fn stored_bytes(obj: &Value) -> Vec<u8> {
+pub(crate) fn stored_bytes(obj: &Value) -> Vec<u8> {
     let mut o = obj.clone();
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
@@ -278,24 +280,28 @@ fn respond_warning(code: StatusCode, obj: &mut Value, rv: Option<u64>, unknown: 
 }
 
 /// Applies `fieldValidation` (default Warn): unknown fields are dropped, as decoding into the
-/// typed object drops them upstream; Strict refuses them. Returns the fields to warn about.
+/// typed object drops them upstream; Strict refuses them. Then a custom resource's schema
+/// defaults are filled in. Returns the fields to warn about.
 fn validate_fields(info: &ResourceInfo, query: &str, obj: &mut Value, raw: &[u8]) -> Result<Vec<String>, ApiError> {
     let mode = FieldValidation::parse(form_value(query, "fieldValidation").as_deref())?;
     // Duplicate keys exist only in JSON bytes (protobuf bodies start with "k8s\0").
     let json = raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     let duplicates = if json && mode != FieldValidation::Ignore { duplicate_fields(raw) } else { vec![] };
-    drop_unknown_fields(info, obj, mode, &duplicates)
+    let unknown = drop_unknown_fields(info, obj, mode, &duplicates)?;
+    // A custom resource's schema defaults apply after pruning, as upstream.
+    shardplane_apimachinery::openapi::apply_custom_defaults(info, obj);
+    Ok(unknown)
 }
 
 /// Namespace admission: the namespace must exist and not be terminating (read from etcd, since
 /// another shard may own it).
 async fn check_namespace(shard: &Shard, info: &ResourceInfo, ns: &str, name: &str) -> Result<(), ApiError> {
-    let ns_info = shard.resources.iter().find(|r| r.plural == "namespaces" && r.group.is_empty()).expect("namespaces served");
-    let (kv, _) = shard.storage.get(&Shard::any_key(ns_info, "", ns)).await.map_err(storage_err)?;
+    let ns_info = shard.builtin("", "namespaces");
+    let (kv, _) = shard.storage.get(&Shard::any_key(&ns_info, "", ns)).await.map_err(storage_err)?;
     let Some(kv) = kv else { return Err(ApiError::not_found("", "namespaces", ns)) };
     let v: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
     if v.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
-        return Err(ApiError::forbidden(info.group, info.plural, name, &format!("unable to create new content in namespace {ns} because it is being terminated")));
+        return Err(ApiError::forbidden(&info.group, &info.plural, name, &format!("unable to create new content in namespace {ns} because it is being terminated")));
     }
     Ok(())
 }
@@ -335,19 +341,21 @@ pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str,
     let name = meta::meta_str(&obj, "name").to_owned();
     let causes = meta::validate_object(info, &obj);
     if !causes.is_empty() {
-        return Err(ApiError::invalid(info.group, info.kind, &name, causes));
+        return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
     }
     let key = shard.owned_key(info, &path_ns, &name)?;
     if info.namespaced {
         check_namespace(shard, info, &path_ns, &name).await?;
     }
+    crate::crds::refuse_create_if_terminating(shard, info)?;
     meta::prepare_for_create(info, &mut obj);
+    crate::crds::admit(shard, info, &mut obj, Subresource::Main).await;
     if dry {
         return respond_warning(StatusCode::CREATED, &mut obj, None, &unknown);
     }
     match shard.storage.create(&key, stored_bytes(&obj)).await {
         Ok(rev) => respond_warning(StatusCode::CREATED, &mut obj, Some(rev), &unknown),
-        Err(StorageError::AlreadyExists) => Err(ApiError::already_exists(info.group, info.plural, &name)),
+        Err(StorageError::AlreadyExists) => Err(ApiError::already_exists(&info.group, &info.plural, &name)),
         Err(e) => Err(storage_err(e)),
     }
 }
@@ -369,7 +377,7 @@ async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old
     let mut causes = meta::validate_object(info, &new);
     causes.extend(shardplane_apimachinery::kind_rules::validate_update(info, old, &new));
     if !causes.is_empty() {
-        return Err(ApiError::invalid(info.group, info.kind, &name, causes));
+        return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
     }
     if dry {
         return respond_warning(StatusCode::OK, &mut new, Some(kv.mod_revision), unknown).map(Some);
@@ -434,7 +442,7 @@ async fn update_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
             Err(e) => return Err(e),
         };
         if !precondition.is_empty() && precondition != kv.mod_revision.to_string() {
-            return Err(ApiError::conflict(info.group, info.plural, name));
+            return Err(ApiError::conflict(&info.group, &info.plural, name));
         }
         let mut new = obj.clone();
         if t.subresource.as_deref() == Some("finalize") {
@@ -444,11 +452,12 @@ async fn update_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
             new["spec"]["finalizers"] = fin.unwrap_or(json!([]));
         }
         meta::prepare_for_update(info, &old, &mut new, sub);
+        crate::crds::admit(shard, info, &mut new, sub).await;
         if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &unknown).await? {
             return Ok(r);
         }
         if !precondition.is_empty() {
-            return Err(ApiError::conflict(info.group, info.plural, name));
+            return Err(ApiError::conflict(&info.group, &info.plural, name));
         }
         source = Source::Etcd;
     }
@@ -484,14 +493,15 @@ async fn patch_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
         let rv_after = meta::meta_str(&new, "resourceVersion");
         let explicit = !rv_after.is_empty() && rv_after != kv.mod_revision.to_string();
         if explicit {
-            return Err(ApiError::conflict(info.group, info.plural, name));
+            return Err(ApiError::conflict(&info.group, &info.plural, name));
         }
         if meta::meta_str(&new, "name") != name || (info.namespaced && meta::meta_str(&new, "namespace") != ns) {
-            return Err(ApiError::invalid(info.group, info.kind, name, vec![cause("FieldValueInvalid", "metadata.name", "Invalid value: the name and namespace of an object cannot be changed by a patch")]));
+            return Err(ApiError::invalid(&info.group, &info.kind, name, vec![cause("FieldValueInvalid", "metadata.name", "Invalid value: the name and namespace of an object cannot be changed by a patch")]));
         }
         body::check_type(info, &mut new)?;
         let unknown = validate_fields(info, query, &mut new, &[])?;
         meta::prepare_for_update(info, &old, &mut new, sub);
+        crate::crds::admit(shard, info, &mut new, sub).await;
         if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &unknown).await? {
             return Ok(r);
         }
@@ -507,7 +517,7 @@ pub async fn delete(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
 async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8], mut source: Source) -> Reply {
     let info = &t.info;
     if t.subresource.is_some() {
-        return Err(ApiError::method_not_allowed("delete", info.group, info.plural));
+        return Err(ApiError::method_not_allowed("delete", &info.group, &info.plural));
     }
     let opts: Value = if raw.iter().all(u8::is_ascii_whitespace) { json!({}) } else { body::decode_object(headers, raw)? };
     let dry = dry_run(query)? || opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All"));
@@ -524,17 +534,18 @@ async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
         let uid = meta::meta_str(&old, "uid").to_owned();
         if let Some(p) = opts.pointer("/preconditions/uid").and_then(Value::as_str) {
             if p != uid {
-                return Err(ApiError::conflict_msg(info.group, info.plural, name, &format!("Precondition failed: UID in precondition: {p}, UID in object meta: {uid}")));
+                return Err(ApiError::conflict_msg(&info.group, &info.plural, name, &format!("Precondition failed: UID in precondition: {p}, UID in object meta: {uid}")));
             }
         }
         if let Some(p) = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str) {
             if p != kv.mod_revision.to_string() {
-                return Err(ApiError::conflict_msg(info.group, info.plural, name, &format!("Precondition failed: ResourceVersion in precondition: {p}, ResourceVersion in object meta: {}", kv.mod_revision)));
+                return Err(ApiError::conflict_msg(&info.group, &info.plural, name, &format!("Precondition failed: ResourceVersion in precondition: {p}, ResourceVersion in object meta: {}", kv.mod_revision)));
             }
         }
         let is_namespace = info.plural == "namespaces" && info.group.is_empty();
         let graceful_pod = info.plural == "pods" && info.group.is_empty() && old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) && grace != Some(0);
-        if is_namespace || meta::has_finalizers(&old) || graceful_pod {
+        let is_crd = shardplane_apimachinery::kind_rules::is_crd(info);
+        if is_namespace || is_crd || meta::has_finalizers(&old) || graceful_pod {
             // Mark for deletion; finalizers (or the namespace controller, or a kubelet) finish it.
             if old.pointer("/metadata/deletionTimestamp").is_some() {
                 return respond(StatusCode::OK, old, None);
@@ -546,6 +557,7 @@ async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
             if is_namespace {
                 new["status"]["phase"] = "Terminating".into();
             }
+            crate::crds::mark_deleting(info, &mut new);
             if dry {
                 return respond(StatusCode::OK, new, None);
             }
@@ -563,7 +575,7 @@ async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
         if !dry {
             match shard.storage.delete(&key, kv.mod_revision).await {
                 Ok(_) => {}
-                Err(StorageError::Conflict { current: None }) => return Err(ApiError::not_found(info.group, info.plural, name)),
+                Err(StorageError::Conflict { current: None }) => return Err(ApiError::not_found(&info.group, &info.plural, name)),
                 Err(StorageError::Conflict { .. }) => continue,
                 Err(e) => return Err(storage_err(e)),
             }
@@ -579,7 +591,8 @@ async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
 /// DELETE of a collection: every selected object this shard owns; answers the deleted objects.
 pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
     let o = ListOptions::parse(query, &t.info)?;
-    let cache = &shard.served(&t.info).cache;
+    let served = shard.served(&t.info)?;
+    let cache = &served.cache;
     let rev = shard.storage.current_revision().await.map_err(storage_err)?;
     cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
     let page = cache.list(None, &filter(shard, t, &o), None, None, false).map_err(|e| cache_err(e, false))?;
@@ -592,7 +605,7 @@ pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, q
             Err(e) => return Err(e),
         }
     }
-    Ok(body::json(StatusCode::OK, body::list(&t.info, shard.served(&t.info).cache.synced(), None, None, None, &deleted, false)))
+    Ok(body::json(StatusCode::OK, body::list(&t.info, shard.served(&t.info)?.cache.synced(), None, None, None, &deleted, false)))
 }
 
 #[cfg(test)]

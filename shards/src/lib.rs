@@ -1,7 +1,7 @@
 //! # shardplane-shard
 //!
 //! Owns the shard process: the Kubernetes REST surface (discovery, CRUD, LIST, WATCH, status
-//! subresources, namespace lifecycle) for the object keys whose placement hash falls in this
+//! subresources, namespace lifecycle, custom resources from CRDs) for the object keys whose placement hash falls in this
 //! shard's ranges, served from one watch cache per resource and written through to etcd.
 //!
 //! It must never serve or cache a key outside its ranges (those get a 421 `NotOwned` Status that a
@@ -10,11 +10,13 @@
 
 pub mod body;
 pub mod cli;
+pub mod crds;
 pub mod discovery;
 pub mod handlers;
 pub mod membership;
 pub mod metrics;
 pub mod namespaces;
+pub mod scale;
 pub mod server;
 pub mod shard;
 pub mod table;

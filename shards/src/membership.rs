@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 pub fn describe(shard: &Shard, url: &str) -> ShardMember {
     let ready = shard.ready();
     let (mut objects, mut bytes, mut since) = (0u64, 0u64, 0u64);
-    for info in &shard.resources {
-        let cache = &shard.served(info).cache;
+    for served in shard.all_served() {
+        let cache = &served.cache;
         let stats = cache.stats();
         objects += stats.objects as u64;
         bytes += stats.bytes as u64;

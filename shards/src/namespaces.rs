@@ -58,8 +58,8 @@ fn kubernetes_service() -> Value {
 /// Creates the bootstrap namespaces and the `default/kubernetes` Service this shard owns, if
 /// absent, as kube-apiserver's bootstrap controller does (retrying until etcd answers).
 pub async fn bootstrap(shard: Arc<Shard>) {
-    let ns_info = shard.resources.iter().find(|r| r.plural == "namespaces" && r.group.is_empty()).expect("namespaces served").clone();
-    let svc_info = shard.resources.iter().find(|r| r.plural == "services" && r.group.is_empty()).expect("services served").clone();
+    let ns_info = shard.builtin("", "namespaces");
+    let svc_info = shard.builtin("", "services");
     let objects = BOOTSTRAP
         .iter()
         .map(|name| (ns_info.clone(), "", *name, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})))
@@ -139,7 +139,7 @@ async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>
 }
 
 async fn cleanup(shard: &Shard, name: &str, mod_revision: u64) -> Result<(), String> {
-    let ns_info = shard.resources.iter().find(|r| r.plural == "namespaces" && r.group.is_empty()).expect("namespaces served").clone();
+    let ns_info = shard.builtin("", "namespaces");
     delete_own_objects(shard, name).await;
     if shard.owned_key(&ns_info, "", name).is_ok() && namespace_empty(shard, name).await? {
         finalize(shard, &ns_info, name, mod_revision).await;
@@ -148,7 +148,7 @@ async fn cleanup(shard: &Shard, name: &str, mod_revision: u64) -> Result<(), Str
 }
 
 async fn delete_own_objects(shard: &Shard, ns: &str) {
-    for served in shard.all_served().filter(|s| s.info.namespaced) {
+    for served in shard.all_served().into_iter().filter(|s| s.info.namespaced) {
         let filter = Filter { namespace: Some(ns.to_owned()), ..Default::default() };
         let Ok(page) = served.cache.list(None, &filter, None, None, false) else { continue };
         for obj in page.items {
@@ -164,10 +164,10 @@ async fn delete_own_objects(shard: &Shard, ns: &str) {
 
 /// Whether etcd holds no object of any served namespaced resource in `ns`, on any shard.
 async fn namespace_empty(shard: &Shard, ns: &str) -> Result<bool, String> {
-    for info in shard.resources.iter().filter(|r| r.namespaced) {
-        let (start, end) = etcd_layout::range_keys(info.group, info.plural, HashRange::FULL);
+    for info in shard.resources().iter().filter(|r| r.namespaced) {
+        let (start, end) = etcd_layout::range_keys(&info.group, &info.plural, HashRange::FULL);
         let keys = shard.storage.list_keys(&start, &end).await.map_err(|e| e.to_string())?;
-        if keys.iter().any(|k| etcd_layout::parse_object_key(info.group, info.plural, k).is_some_and(|(_, n, _)| n == ns)) {
+        if keys.iter().any(|k| etcd_layout::parse_object_key(&info.group, &info.plural, k).is_some_and(|(_, n, _)| n == ns)) {
             return Ok(false);
         }
     }

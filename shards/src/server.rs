@@ -33,6 +33,7 @@ pub struct ShardConfig {
     pub cache: CacheConfig,
     pub compaction_interval: Option<Duration>,
     pub bookmark_interval: Duration,
+    /// How often Terminating namespaces and CRDs being deleted are cleaned up.
     pub namespace_sweep: Duration,
     /// A watch without `timeoutSeconds` runs a random time between this and twice this
     /// (upstream `--min-request-timeout`).
@@ -88,6 +89,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
         });
     }
     tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
+    tokio::spawn(crate::crds::run_cleanup(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::namespaces::bootstrap(shard.clone()));
     let limits = InflightLimits::new(config.max_requests_inflight, config.max_mutating_inflight);
     let shard_for_members = shard.clone();
@@ -133,7 +135,7 @@ async fn dispatch(State((shard, limits)): State<(Arc<Shard>, InflightLimits)>, r
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let query = req.uri().query().unwrap_or("").to_owned();
-    let target = path::parse(&path, &shard.resources);
+    let target = shard.target(&path).await;
     let watch = target.as_ref().is_some_and(|t| t.name.is_none()) && method == Method::GET && handlers::form_value(&query, "watch").is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"));
     let (verb, group, version, resource, sub, scope) = labels_for(&method, target.as_ref(), watch);
     let span = tracing::info_span!("request", %verb, %path, resource = %resource, shard = %shard.id);
@@ -176,6 +178,7 @@ async fn dispatch(State((shard, limits)): State<(Arc<Shard>, InflightLimits)>, r
 async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, headers: &axum::http::HeaderMap, raw: &[u8], target: Option<path::Target>) -> Result<Response<Body>, ApiError> {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     let get = *method == Method::GET;
+    let resources = shard.resources();
     let json_ok = |v: serde_json::Value| Ok(body::json(StatusCode::OK, serde_json::to_vec(&v).expect("json")));
     match path.trim_end_matches('/') {
         "/healthz" | "/livez" if get => return Ok(text(StatusCode::OK, "ok")),
@@ -196,17 +199,17 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         "/version" if get => return json_ok(discovery::version()),
         "/api" if get => {
             if discovery::wants_aggregated(accept) {
-                return Ok(aggregated(discovery::aggregated(&shard.resources, true)));
+                return Ok(aggregated(discovery::aggregated(&resources, true)));
             }
             return json_ok(discovery::api_versions());
         }
         "/apis" if get => {
             if discovery::wants_aggregated(accept) {
-                return Ok(aggregated(discovery::aggregated(&shard.resources, false)));
+                return Ok(aggregated(discovery::aggregated(&resources, false)));
             }
-            return json_ok(discovery::api_group_list(&shard.resources));
+            return json_ok(discovery::api_group_list(&resources));
         }
-        "/api/v1" if get => return json_ok(discovery::resource_list(&shard.resources, "", "v1").expect("core")),
+        "/api/v1" if get => return json_ok(discovery::resource_list(&resources, "", "v1").expect("core")),
         _ => {}
     }
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -214,8 +217,8 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         // A router asks for a progress mark; it arrives in-band on progressBookmarks watches.
         let group = handlers::form_value(query, "group").unwrap_or_default();
         let resource = handlers::form_value(query, "resource").unwrap_or_default();
-        let info = shard.resources.iter().find(|r| r.group == group && r.plural == resource).ok_or_else(ApiError::path_not_found)?;
-        shard.served(info).cache.progress_wanted().notify_one();
+        let info = resources.iter().find(|r| r.group == group && r.plural == resource).ok_or_else(ApiError::path_not_found)?;
+        shard.served(info)?.cache.progress_wanted().notify_one();
         return Ok(text(StatusCode::ACCEPTED, "progress requested"));
     }
     if get && segs.as_slice() == ["shardplane", "v1", "shard"] {
@@ -230,17 +233,37 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
     if get {
         use shardplane_apimachinery::openapi;
         match segs.as_slice() {
-            ["openapi", "v3"] => return json_ok(openapi::index(&shard.resources)),
+            ["openapi", "v3"] => return json_ok(openapi::index(&resources)),
             ["openapi", "v2"] if accept.contains("protobuf") => {
-                let mut r = Response::new(Body::from(openapi::v2_protobuf(&shard.resources)));
+                let mut r = Response::new(Body::from(openapi::v2_protobuf(&resources)));
                 r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(openapi::V2_PROTOBUF));
                 return Ok(r);
             }
             ["openapi", "v2"] => return Err(ApiError::not_acceptable(accept)),
-            ["openapi", "v3", "api", v] => return openapi::group_version_document(&shard.resources, "", v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
-            ["openapi", "v3", "apis", g, v] => return openapi::group_version_document(&shard.resources, g, v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
-            ["apis", g] => return discovery::api_group(&shard.resources, g).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
-            ["apis", g, v] => return discovery::resource_list(&shard.resources, g, v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
+            ["openapi", "v3", "api", v] => return openapi::group_version_document(&resources, "", v).map_or_else(|| Err(ApiError::path_not_found()), json_ok),
+            // A group not served yet may be a CRD established a moment ago: look again once the
+            // catalog has every change committed before now.
+            ["openapi", "v3", "apis", g, v] => {
+                let doc = match openapi::group_version_document(&resources, g, v) {
+                    None => openapi::group_version_document(&shard.fresh_resources().await, g, v),
+                    found => found,
+                };
+                return doc.map_or_else(|| Err(ApiError::path_not_found()), json_ok);
+            }
+            ["apis", g] => {
+                let group = match discovery::api_group(&resources, g) {
+                    None => discovery::api_group(&shard.fresh_resources().await, g),
+                    found => found,
+                };
+                return group.map_or_else(|| Err(ApiError::path_not_found()), json_ok);
+            }
+            ["apis", g, v] => {
+                let list = match discovery::resource_list(&resources, g, v) {
+                    None => discovery::resource_list(&shard.fresh_resources().await, g, v),
+                    found => found,
+                };
+                return list.map_or_else(|| Err(ApiError::path_not_found()), json_ok);
+            }
             _ => {}
         }
     }
@@ -253,6 +276,18 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
     let lines = headers.get(crate::shard::LIST_FRAMING_HEADER).is_some_and(|v| v == "lines");
     let view = View { repr, include: table::IncludeObject::parse(handlers::form_value(query, "includeObject").as_deref())?, lines };
     let name = t.name.clone();
+    if t.subresource.as_deref() == Some("scale") {
+        let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        return match (method.as_str(), name.as_deref()) {
+            ("GET", Some(n)) => crate::scale::get(shard, &t, n).await,
+            ("PUT", Some(n)) => crate::scale::update(shard, &t, n, headers, query, raw, None).await,
+            ("PATCH", Some(n)) => {
+                let ty = shardplane_apimachinery::patch::PatchType::from_content_type(ct).filter(|t| *t != shardplane_apimachinery::patch::PatchType::Apply).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
+                crate::scale::update(shard, &t, n, headers, query, raw, Some(ty)).await
+            }
+            (m, _) => Err(ApiError::method_not_allowed(&m.to_ascii_lowercase(), &t.info.group, &t.info.plural)),
+        };
+    }
     match (method.as_str(), name.as_deref()) {
         ("GET", None) => {
             let o = ListOptions::parse(query, &t.info)?;
@@ -260,7 +295,7 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         }
         ("GET", Some(n)) => {
             if t.subresource.as_deref().is_some_and(|s| s != "status") {
-                return Err(ApiError::method_not_allowed("get", t.info.group, t.info.plural));
+                return Err(ApiError::method_not_allowed("get", &t.info.group, &t.info.plural));
             }
             handlers::get(shard, &t, n, query, view).await
         }
@@ -269,7 +304,7 @@ async fn handle(shard: &Arc<Shard>, method: &Method, path: &str, query: &str, he
         ("PATCH", Some(n)) => view.transform_write(&t.info, handlers::patch(shard, &t, n, headers, query, raw).await).await,
         ("DELETE", Some(n)) => view.transform_write(&t.info, handlers::delete(shard, &t, n, headers, query, raw).await).await,
         ("DELETE", None) => view.transform_write(&t.info, handlers::delete_collection(shard, &t, headers, query, raw).await).await,
-        (m, _) => Err(ApiError::method_not_allowed(&m.to_ascii_lowercase(), t.info.group, t.info.plural)),
+        (m, _) => Err(ApiError::method_not_allowed(&m.to_ascii_lowercase(), &t.info.group, &t.info.plural)),
     }
 }
 

@@ -1,6 +1,8 @@
-//! The shard's state: its ranges, storage, and one watch cache per served resource.
+//! The shard's state: its ranges, storage, and one watch cache per served resource — the
+//! built-ins and, as the catalog publishes them, every established CRD's resources.
 
-use shardplane_apimachinery::resources::{builtin_resources, ResourceInfo};
+use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::ApiError;
 use shardplane_keyspace::{etcd_layout, HashRange, ObjectKey, RangeSet};
 use shardplane_storage::range_map::StoredRangeMap;
@@ -19,6 +21,18 @@ pub struct Served {
     pub cache: Arc<WatchCache>,
     /// Asks the reflector to take over or let go of a range.
     commands: tokio::sync::mpsc::Sender<reflector::Command>,
+    /// Stops the reflector (its CRD is gone).
+    stop: CancellationToken,
+}
+
+/// What the shard serves now: the resources in discovery order, and the cache of each
+/// (group, plural) — one for all served versions of a custom resource.
+#[derive(Clone, Default)]
+struct Table {
+    /// The catalog revision served.
+    revision: u64,
+    resources: Arc<Vec<Arc<ResourceInfo>>>,
+    by_resource: HashMap<(String, String), Arc<Served>>,
 }
 
 /// This shard's reading of the stored range map.
@@ -30,6 +44,10 @@ struct MapView {
     /// what it caches, as a standalone shard does).
     assigned: Option<RangeSet>,
 }
+
+/// How long a request for a resource not served yet waits for the catalog (and a new custom
+/// resource's cache) to catch up before it is answered.
+pub const CATCH_UP: Duration = Duration::from_secs(3);
 
 /// The request header carrying the range-map epoch a router routed the request under.
 pub const EPOCH_HEADER: &str = "shardplane-range-epoch";
@@ -62,8 +80,9 @@ pub struct Shard {
     /// An etcd revision from before this process followed the map: a map whose epoch began
     /// after it was written knowing this process could be running.
     started: std::sync::atomic::AtomicU64,
-    pub resources: Vec<Arc<ResourceInfo>>,
-    served: HashMap<(&'static str, &'static str), Served>,
+    /// The served resources, followed from the stored CRDs.
+    pub catalog: shardplane_catalog::Follower,
+    table: std::sync::RwLock<Table>,
     pub shutdown: CancellationToken,
     pub metrics: crate::metrics::Metrics,
     pub bookmark_interval: Duration,
@@ -80,16 +99,7 @@ impl Shard {
     /// loads or lets go of a range (a single-shard deployment, or a baseline beside a cluster).
     #[allow(clippy::too_many_arguments)]
     pub fn start(id: String, storage: Storage, ranges: RangeSet, cache: CacheConfig, bookmark_interval: Duration, min_request_timeout: Duration, standalone: bool, shutdown: CancellationToken) -> Arc<Self> {
-        let resources: Vec<Arc<ResourceInfo>> = builtin_resources().into_iter().map(Arc::new).collect();
-        let mut served = HashMap::new();
-        for info in &resources {
-            let codec = ObjectCodec::new(info.clone());
-            let c = Arc::new(WatchCache::new(cache.clone()));
-            let (commands, rx) = tokio::sync::mpsc::channel(4);
-            served.insert((info.group, info.plural), Served { info: info.clone(), codec: codec.clone(), cache: c.clone(), commands });
-            let range = KeyRange::new(info.group, info.plural, ranges.clone());
-            tokio::spawn(reflector::run(storage.clone(), c, codec, range, rx, shutdown.clone()));
-        }
+        let catalog = shardplane_catalog::Follower::start(storage.clone(), shutdown.clone());
         let shard = Arc::new(Self {
             id,
             storage,
@@ -101,18 +111,111 @@ impl Shard {
             url: std::sync::OnceLock::new(),
             started: std::sync::atomic::AtomicU64::new(u64::MAX),
             map: std::sync::RwLock::new(MapView::default()),
-            resources,
-            served,
+            table: std::sync::RwLock::new(Table::default()),
+            catalog,
             shutdown,
             metrics: crate::metrics::Metrics::new(),
             bookmark_interval,
             cache_config: cache,
             min_request_timeout,
         });
+        shard.serve_catalog(&shardplane_catalog::Catalog::builtin());
+        tokio::spawn(follow_catalog(shard.clone()));
         if !standalone {
             tokio::spawn(follow_range_map(shard.clone()));
         }
         shard
+    }
+
+    /// Starts a cache and its reflector for each resource of `catalog` not served yet, stops
+    /// those of custom resources it no longer has, and publishes its resources. Called with
+    /// the range lock held (or before anything else runs), so a new cache starts with the
+    /// ranges every other cache holds.
+    fn serve_catalog(&self, catalog: &shardplane_catalog::Catalog) {
+        let mut table = self.table.write().unwrap_or_else(|p| p.into_inner()).clone();
+        let ranges = self.ranges();
+        let wanted: std::collections::HashSet<(String, String)> = catalog.resources.iter().map(|r| (r.group.clone(), r.plural.clone())).collect();
+        table.by_resource.retain(|k, served| {
+            let keep = wanted.contains(k);
+            if !keep {
+                tracing::info!(group = %k.0, resource = %k.1, "no longer served: its CustomResourceDefinition is gone");
+                served.stop.cancel();
+                // Its open watches end (their clients find the resource gone when they retry).
+                served.cache.release(|_| true);
+            }
+            keep
+        });
+        for info in catalog.resources.iter() {
+            let k = (info.group.clone(), info.plural.clone());
+            // One cache per resource; the storage version's facts decode the objects of every
+            // served version (the first served one's when storage is not served).
+            let decodes = info.custom.as_ref().is_none_or(|c| c.storage_version == info.version);
+            match table.by_resource.get(&k) {
+                Some(old) if decodes && *old.info != **info => {
+                    // Same resource, new facts (its CRD changed): the cache stays, the codec follows.
+                    let served = Served { info: info.clone(), codec: ObjectCodec::new(info.clone()), cache: old.cache.clone(), commands: old.commands.clone(), stop: old.stop.clone() };
+                    table.by_resource.insert(k, Arc::new(served));
+                }
+                Some(_) => {}
+                None => {
+                    let codec = ObjectCodec::new(info.clone());
+                    let cache = Arc::new(WatchCache::new(self.cache_config.clone()));
+                    let (commands, rx) = tokio::sync::mpsc::channel(4);
+                    let stop = self.shutdown.child_token();
+                    let range = KeyRange::new(&info.group, &info.plural, ranges.clone());
+                    tokio::spawn(reflector::run(self.storage.clone(), cache.clone(), codec.clone(), range, rx, stop.clone()));
+                    if info.custom.is_some() {
+                        tracing::info!(group = %info.group, resource = %info.plural, "serving a custom resource");
+                    }
+                    table.by_resource.insert(k, Arc::new(Served { info: info.clone(), codec, cache, commands, stop }));
+                }
+            }
+        }
+        table.resources = catalog.resources.clone();
+        table.revision = catalog.revision;
+        *self.table.write().unwrap_or_else(|p| p.into_inner()) = table;
+    }
+
+    /// The served resources, in discovery order.
+    pub fn resources(&self) -> Arc<Vec<Arc<ResourceInfo>>> {
+        self.table.read().unwrap_or_else(|p| p.into_inner()).resources.clone()
+    }
+
+    /// The served resources once every CRD change committed before now is served (bounded by
+    /// [`CATCH_UP`]): what a request for a resource not served yet looks at before it is
+    /// answered 404, since its CRD may have been established a moment ago. While a range is
+    /// being loaded, the catalog's own follower serves the change once the load is done.
+    pub async fn fresh_resources(&self) -> Arc<Vec<Arc<ResourceInfo>>> {
+        let catalog = self.catalog.caught_up(CATCH_UP).await;
+        let behind = self.table.read().unwrap_or_else(|p| p.into_inner()).revision < catalog.revision;
+        if behind {
+            if let Ok(_one) = self.changing.try_lock() {
+                self.serve_catalog(&catalog);
+            }
+        }
+        self.resources()
+    }
+
+    /// The resource a request path names (looked up again in a fresh catalog when it is not
+    /// served yet). A custom resource's cache gets [`CATCH_UP`] to load first, so that the
+    /// first request after its CRD is established is answered, not sent 429.
+    pub async fn target(&self, path: &str) -> Option<Target> {
+        let t = match shardplane_apimachinery::request_path::parse(path, &self.resources()) {
+            Some(t) => t,
+            None if path.starts_with("/apis/") => shardplane_apimachinery::request_path::parse(path, &self.fresh_resources().await)?,
+            None => return None,
+        };
+        if t.info.custom.is_some() {
+            if let Ok(served) = self.served(&t.info) {
+                let _ = served.cache.wait_synced(0, CATCH_UP).await;
+            }
+        }
+        Some(t)
+    }
+
+    /// The served resource (group, plural) of a built-in (always served).
+    pub fn builtin(&self, group: &str, plural: &str) -> Arc<ResourceInfo> {
+        self.resources().iter().find(|r| r.group == group && r.plural == plural).expect("built-ins are always served").clone()
     }
 
     /// The range-map epoch this shard is at.
@@ -198,7 +301,7 @@ impl Shard {
         if owns_all_it_holds && !self.moved.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
-        Some(shardplane_watchcache::Owned { group: info.group, plural: info.plural, ranges: assigned })
+        Some(shardplane_watchcache::Owned { group: info.group.clone(), plural: info.plural.clone(), ranges: assigned })
     }
 
     /// The ranges every cache holds.
@@ -221,7 +324,7 @@ impl Shard {
         }
         self.moved.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut at = 0;
-        for s in self.served.values() {
+        for s in self.all_served() {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let unavailable = || ApiError::unavailable(format!("the {} cache stopped", s.info.plural));
             s.commands.send(reflector::Command::Adopt(r, tx)).await.map_err(|_| unavailable())?;
@@ -242,7 +345,7 @@ impl Shard {
         *self.ranges.write().unwrap_or_else(|p| p.into_inner()) = self.ranges().without(r);
         self.adopted.lock().unwrap_or_else(|p| p.into_inner()).retain(|(a, _)| *a != r);
         let mut gone = 0;
-        for s in self.served.values() {
+        for s in self.all_served() {
             let (tx, rx) = tokio::sync::oneshot::channel();
             if s.commands.send(reflector::Command::Release(r, tx)).await.is_ok() {
                 gone += rx.await.unwrap_or(0);
@@ -252,24 +355,25 @@ impl Shard {
         self.ranges_changed.notify_one();
     }
 
-    /// The served resource for (group, plural).
-    pub fn served(&self, info: &ResourceInfo) -> &Served {
-        self.served.get(&(info.group, info.plural)).expect("every resource has a cache")
+    /// The served resource for (group, plural); 404 if it is no longer served (its CRD was
+    /// deleted since the request was parsed).
+    pub fn served(&self, info: &ResourceInfo) -> Result<Arc<Served>, ApiError> {
+        self.table.read().unwrap_or_else(|p| p.into_inner()).by_resource.get(&(info.group.clone(), info.plural.clone())).cloned().ok_or_else(ApiError::path_not_found)
     }
 
     /// Whether every cache has loaded.
     pub fn ready(&self) -> bool {
-        self.served.values().all(|s| s.cache.ready())
+        self.all_served().iter().all(|s| s.cache.ready())
     }
 
     /// All served resources with their caches.
-    pub fn all_served(&self) -> impl Iterator<Item = &Served> {
-        self.served.values()
+    pub fn all_served(&self) -> Vec<Arc<Served>> {
+        self.table.read().unwrap_or_else(|p| p.into_inner()).by_resource.values().cloned().collect()
     }
 
     /// The etcd key of an object, or 421 if this shard does not own it.
     pub fn owned_key(&self, info: &ResourceInfo, namespace: &str, name: &str) -> Result<Vec<u8>, ApiError> {
-        let key = ObjectKey::new(info.group, info.plural, namespace, name);
+        let key = ObjectKey::new(&info.group, &info.plural, namespace, name);
         let h = key.hash();
         if !self.owns(h) {
             let view = self.map.read().unwrap_or_else(|p| p.into_inner()).clone();
@@ -281,7 +385,23 @@ impl Shard {
 
     /// The etcd key of any object (for reads of keys other shards own, such as namespaces).
     pub fn any_key(info: &ResourceInfo, namespace: &str, name: &str) -> Vec<u8> {
-        etcd_layout::object_key(&ObjectKey::new(info.group, info.plural, namespace, name)).into_bytes()
+        etcd_layout::object_key(&ObjectKey::new(&info.group, &info.plural, namespace, name)).into_bytes()
+    }
+}
+
+/// Serves what each new catalog holds (one range change or catalog change at a time).
+async fn follow_catalog(shard: Arc<Shard>) {
+    let mut rx = shard.catalog.subscribe();
+    loop {
+        let catalog = rx.borrow_and_update().clone();
+        {
+            let _one = shard.changing.lock().await;
+            shard.serve_catalog(&catalog);
+        }
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            _ = shard.shutdown.cancelled() => return,
+        }
     }
 }
 

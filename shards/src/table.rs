@@ -1,8 +1,10 @@
 //! `as=Table` responses (meta.k8s.io/v1 and v1beta1) with upstream's printer columns for pods,
-//! deployments, namespaces, configmaps and services; other kinds get Name and Age.
+//! deployments, namespaces, configmaps and services, and each custom resource's
+//! `additionalPrinterColumns`; other kinds get Name and Age.
 
 use axum::http::HeaderMap;
 use serde_json::{json, Value};
+use shardplane_apimachinery::crd::CustomVersion;
 use shardplane_apimachinery::resources::ResourceInfo;
 
 /// Which representation the client asked for first.
@@ -72,11 +74,58 @@ fn col(name: &str, ty: &str, format: &str, description: &str, priority: u8) -> V
 const NAME_DESC: &str = "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
 const AGE_DESC: &str = "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#metadata";
 
+/// A custom resource's columns: Name, then its CRD's `additionalPrinterColumns` (Age when it
+/// has none), as upstream's CRD table convertor.
+fn custom_columns(c: &CustomVersion) -> Vec<Value> {
+    let name = col("Name", "string", "name", NAME_DESC, 0);
+    if c.printer_columns.is_empty() {
+        return vec![name, col("Age", "date", "", AGE_DESC, 0)];
+    }
+    std::iter::once(name).chain(c.printer_columns.iter().map(|p| json!({"name": p.name, "type": p.type_, "format": p.format, "description": p.description, "priority": p.priority}))).collect()
+}
+
+/// The value at a printer column's JSONPath (`.spec.replicas`, `.status.conditions[0].type`):
+/// the simple paths CRDs use; None where the object has nothing there.
+fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut at = obj;
+    for part in path.trim_start_matches('.').split('.').filter(|p| !p.is_empty()) {
+        let (field, indices) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if !field.is_empty() {
+            at = at.get(field)?;
+        }
+        for index in indices.split('[').filter(|x| !x.is_empty()) {
+            at = at.get(index.trim_end_matches(']').parse::<usize>().ok()?)?;
+        }
+    }
+    Some(at)
+}
+
+/// A custom object's cells for [`custom_columns`]: dates shown as ages, absent values null.
+fn custom_cells(c: &CustomVersion, obj: &Value) -> Vec<Value> {
+    let name = Value::String(s(obj, "/metadata/name").to_owned());
+    if c.printer_columns.is_empty() {
+        return vec![name, Value::String(age(obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str)))];
+    }
+    std::iter::once(name)
+        .chain(c.printer_columns.iter().map(|p| match json_path(obj, &p.json_path) {
+            Some(Value::String(t)) if p.type_ == "date" => Value::String(age(Some(t))),
+            Some(v) => v.clone(),
+            None => Value::Null,
+        }))
+        .collect()
+}
+
 /// The column definitions of a kind.
 pub fn columns(info: &ResourceInfo) -> Vec<Value> {
+    if let Some(c) = &info.custom {
+        return custom_columns(c);
+    }
     let name = col("Name", "string", "name", NAME_DESC, 0);
     let age = col("Age", "string", "", AGE_DESC, 0);
-    match (info.group, info.plural) {
+    match (info.group.as_str(), info.plural.as_str()) {
         ("", "pods") => vec![
             name,
             col("Ready", "string", "", "The aggregate readiness state of this pod for accepting traffic.", 0),
@@ -172,9 +221,12 @@ fn selector_text(m: Option<&Value>) -> String {
 
 /// The cells of one object's row.
 pub fn cells(info: &ResourceInfo, obj: &Value) -> Vec<Value> {
+    if let Some(c) = &info.custom {
+        return custom_cells(c, obj);
+    }
     let name = Value::String(s(obj, "/metadata/name").to_owned());
     let age = Value::String(age(obj.pointer("/metadata/creationTimestamp").and_then(Value::as_str)));
-    match (info.group, info.plural) {
+    match (info.group.as_str(), info.plural.as_str()) {
         ("", "pods") => {
             let total = obj.pointer("/spec/containers").and_then(Value::as_array).map_or(0, Vec::len);
             let statuses = obj.pointer("/status/containerStatuses").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -300,6 +352,15 @@ mod tests {
         for (s, want) in [(5, "5s"), (119, "119s"), (120, "2m"), (125, "2m5s"), (600, "10m"), (3 * 3600, "3h"), (3 * 3600 + 60, "3h1m"), (30 * 3600, "30h"), (50 * 3600, "2d2h"), (400 * 24 * 3600, "400d"), (3 * 365 * 24 * 3600 + 5 * 24 * 3600, "3y5d")] {
             assert_eq!(human_duration(s), want, "{s}");
         }
+    }
+
+    #[test]
+    fn printer_column_paths_reach_fields_and_list_items() {
+        let o = json!({"spec": {"replicas": 3, "agents": [{"name": "a"}, {"name": "b"}]}});
+        assert_eq!(json_path(&o, ".spec.replicas"), Some(&json!(3)));
+        assert_eq!(json_path(&o, ".spec.agents[1].name"), Some(&json!("b")));
+        assert_eq!(json_path(&o, ".spec.missing"), None);
+        assert_eq!(json_path(&o, ".spec.agents[7].name"), None);
     }
 
     #[test]

@@ -40,7 +40,7 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
 /// resourceVersion is accepted, failures are ERROR events, as upstream.
 pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> Result<Response<Body>, ApiError> {
     let info = t.info.clone();
-    let cache = shard.served(&info).cache.clone();
+    let cache = shard.served(&info)?.cache.clone();
     let f = filter(&shard, &t, &o);
     let start = o.watch_start();
     let (tx, rx) = mpsc::channel::<Bytes>(CONNECTION_BUFFER);
@@ -79,7 +79,7 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
     let interval = shard.bookmark_interval;
     let shutdown = shard.shutdown.clone();
     let metrics = shard.metrics.clone();
-    let labels = [info.group, info.version, info.kind];
+    let labels = [info.group.clone(), info.version.clone(), info.kind.clone()];
     metrics.watchers.with_label_values(&labels).inc();
     tokio::spawn(async move {
         let deadline = tokio::time::sleep(timeout);

@@ -624,7 +624,7 @@ async fn discovery_legacy_and_aggregated() {
     assert_eq!((api["kind"].as_str(), &api["versions"]), (Some("APIVersions"), &json!(["v1"])));
     let (_, groups) = s.get("/apis").await;
     let names: Vec<&str> = groups["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["coordination.k8s.io", "apps", "batch"]);
+    assert_eq!(names, ["coordination.k8s.io", "apps", "batch", "apiextensions.k8s.io"]);
     for g in groups["groups"].as_array().unwrap() {
         let (code, group) = s.get(&format!("/apis/{}", g["name"].as_str().unwrap())).await;
         assert_eq!((code, group["kind"].as_str()), (200, Some("APIGroup")));

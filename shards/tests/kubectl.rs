@@ -8,64 +8,10 @@ mod common;
 use common::*;
 use shardplane_keyspace::RangeSet;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 const VERSIONS: [&str; 4] = ["1.27", "1.28", "1.30", "1.33"];
-
-fn kubectl_path(version: &str) -> String {
-    let p = format!("/usr/lib/google-cloud-sdk/bin/kubectl.{version}");
-    assert!(std::path::Path::new(&p).exists(), "{p} missing: the base image ships kubectl 1.27-1.33");
-    p
-}
-
-struct Kubectl {
-    bin: String,
-    server: String,
-    home: tempdir::Dir,
-}
-
-mod tempdir {
-    /// A temporary directory removed on drop.
-    pub struct Dir(pub std::path::PathBuf);
-    impl Dir {
-        pub fn new() -> Self {
-            let p = std::env::temp_dir().join(format!("shardplane-kubectl-{}", uuid::Uuid::new_v4()));
-            std::fs::create_dir_all(&p).unwrap();
-            Self(p)
-        }
-    }
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-impl Kubectl {
-    fn command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.bin);
-        c.env("HOME", &self.home.0).env_remove("KUBECONFIG").arg(format!("--server={}", self.server)).arg(format!("--cache-dir={}/cache", self.home.0.display())).args(args);
-        c
-    }
-
-    /// Runs kubectl; panics with its output unless it exits 0. Returns stdout.
-    fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let mut c = self.command(args);
-        c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = c.spawn().expect("spawn kubectl");
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        } else {
-            drop(child.stdin.take());
-        }
-        let out = child.wait_with_output().unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-        assert!(out.status.success(), "kubectl {args:?} failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
-        stdout
-    }
-}
 
 const MANIFEST: &str = r#"
 apiVersion: apps/v1

@@ -114,7 +114,8 @@ fn default_template(obj: &mut Value) {
 
 /// Applies the defaults of `info`'s kind to `obj`.
 pub fn apply(info: &ResourceInfo, obj: &mut Value) {
-    match (info.group, info.kind) {
+    match (info.group.as_str(), info.kind.as_str()) {
+        (crate::crd::GROUP, "CustomResourceDefinition") => crate::crd::apply_defaults(obj),
         ("", "Pod") => {
             if let Some(spec) = obj.get_mut("spec") {
                 default_pod_spec(spec);
@@ -243,7 +244,7 @@ pub fn default_toleration_seconds(pod: &mut Value) {
 
 /// The status fields upstream's Go types serialize even at zero (no `omitempty`), by kind.
 fn zero_status_fields(info: &ResourceInfo) -> &'static [&'static str] {
-    match (info.group, info.plural) {
+    match (info.group.as_str(), info.plural.as_str()) {
         ("", "replicationcontrollers") | ("apps", "replicasets") => &["replicas"],
         ("apps", "statefulsets") => &["replicas", "availableReplicas"],
         ("apps", "daemonsets") => &["currentNumberScheduled", "numberMisscheduled", "desiredNumberScheduled", "numberReady"],
@@ -256,7 +257,7 @@ fn zero_status_fields(info: &ResourceInfo) -> &'static [&'static str] {
 /// clients (the Python client's models) require them.
 pub fn zero_status(info: &ResourceInfo, obj: &mut Value) {
     let Some(o) = obj.as_object_mut() else { return };
-    if (info.group, info.plural) == ("", "services") {
+    if (info.group.as_str(), info.plural.as_str()) == ("", "services") {
         // LoadBalancerStatus is a struct, which Go's encoder never omits.
         let status = o.entry("status").or_insert_with(|| json!({}));
         if let Some(s) = status.as_object_mut() {

@@ -1,5 +1,6 @@
 //! Per-kind validation rules of upstream's `pkg/apis/core/validation` that clients rely on:
-//! ConfigMap and Secret keys, and the `immutable` field of both. Returns Status causes for a 422,
+//! ConfigMap and Secret keys, and the `immutable` field of both; CustomResourceDefinitions'
+//! rules live in [`crate::crd`]. Returns Status causes for a 422,
 //! with upstream's field paths and messages.
 
 use crate::resources::ResourceInfo;
@@ -13,9 +14,14 @@ fn is_config_key(k: &str) -> bool {
     !k.is_empty() && k.len() <= CONFIG_KEY_MAX && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) && k != "." && k != ".."
 }
 
+/// Whether `info` is the CustomResourceDefinition resource.
+pub fn is_crd(info: &ResourceInfo) -> bool {
+    info.group == crate::crd::GROUP && info.plural == crate::crd::PLURAL
+}
+
 /// The data maps of a ConfigMap or Secret, if `info` is one of them.
 fn data_fields(info: &ResourceInfo) -> Option<&'static [&'static str]> {
-    match (info.group, info.plural) {
+    match (info.group.as_str(), info.plural.as_str()) {
         ("", "configmaps") => Some(&["data", "binaryData"]),
         ("", "secrets") => Some(&["data", "stringData"]),
         _ => None,
@@ -24,6 +30,9 @@ fn data_fields(info: &ResourceInfo) -> Option<&'static [&'static str]> {
 
 /// Rules on one object, on create and update.
 pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
+    if is_crd(info) {
+        return crate::crd::validate(obj);
+    }
     let mut causes = Vec::new();
     let Some(fields) = data_fields(info) else { return causes };
     for field in fields {
@@ -52,6 +61,9 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
 /// Rules on an update from `old` to `new`: an immutable ConfigMap or Secret keeps its data and
 /// stays immutable.
 pub fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<StatusCause> {
+    if is_crd(info) {
+        return crate::crd::validate_update(old, new);
+    }
     let mut causes = Vec::new();
     let Some(fields) = data_fields(info) else { return causes };
     if old.get("immutable") != Some(&Value::Bool(true)) {

@@ -4,7 +4,7 @@
 //! ([`status`]), the table of served resources ([`resources`]) and request paths to them
 //! ([`request_path`]), list and watch options with upstream's resourceVersion rules
 //! ([`list_options`]), label and field selectors ([`selectors`]), continue tokens
-//! ([`continue_token`]), object metadata rules ([`meta`]), per-kind validation rules
+//! ([`continue_token`]), object metadata rules ([`meta`]), CustomResourceDefinitions and what they serve ([`crd`]), per-kind validation rules
 //! ([`kind_rules`]) and field defaults ([`defaults`]), the
 //! three patch formats ([`patch`]), protobuf request bodies ([`protobuf`]), OpenAPI documents and
 //! schema-driven field validation ([`openapi`]), and watch event framing ([`watch_event`]).
@@ -13,6 +13,7 @@
 //! objects, so the shard, the router and the conformance suite all agree on one reading of the API.
 
 pub mod continue_token;
+pub mod crd;
 pub mod defaults;
 pub mod encode;
 pub mod kind_rules;

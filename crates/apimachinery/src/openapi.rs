@@ -28,11 +28,31 @@ fn gv_path(group: &str, version: &str) -> String {
     if group.is_empty() { format!("api/{version}") } else { format!("apis/{group}/{version}") }
 }
 
+/// A custom resource's schema as published and used for pruning: its CRD's `openAPIV3Schema`
+/// with `apiVersion`, `kind` and `metadata` (ObjectMeta) added, under upstream's name for it
+/// (the group reversed, the version, the kind: `com.example.agents.v1.AgentSession`).
+pub fn custom_schema(r: &ResourceInfo) -> Option<(String, Value)> {
+    let c = r.custom.as_ref()?;
+    let reversed: Vec<&str> = r.group.split('.').rev().collect();
+    let name = format!("{}.{}.{}", reversed.join("."), r.version, r.kind);
+    let mut schema = if c.schema.is_object() { c.schema.clone() } else { json!({}) };
+    schema["type"] = json!("object");
+    if !schema.get("properties").is_some_and(Value::is_object) {
+        schema["properties"] = json!({});
+    }
+    let props = schema["properties"].as_object_mut().expect("an object");
+    props.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
+    props.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
+    props.insert("metadata".into(), json!({"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}));
+    schema["x-kubernetes-group-version-kind"] = json!([{"group": r.group, "version": r.version, "kind": r.kind}]);
+    Some((name, schema))
+}
+
 /// `GET /openapi/v3`: one entry per served group-version.
 pub fn index(resources: &[Arc<ResourceInfo>]) -> Value {
     let mut paths = Map::new();
     for r in resources {
-        let p = gv_path(r.group, r.version);
+        let p = gv_path(&r.group, &r.version);
         if !paths.contains_key(&p) {
             let hash = format!("{:016X}", xxhash_rust::xxh3::xxh3_64(format!("{p}/{}", env!("CARGO_PKG_VERSION")).as_bytes()));
             paths.insert(p.clone(), json!({ "serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}") }));
@@ -64,12 +84,22 @@ pub fn group_version_document(resources: &[Arc<ResourceInfo>], group: &str, vers
         return None;
     }
     let mut paths = Map::new();
+    let mut schemas = SCHEMAS.clone();
     for r in served {
-        let Some(schema) = schema_name(r.group, r.version, r.kind) else { continue };
+        let schema = match custom_schema(r) {
+            Some((name, s)) => {
+                schemas.insert(name.clone(), s);
+                name
+            }
+            None => match schema_name(&r.group, &r.version, &r.kind) {
+                Some(name) => name.to_owned(),
+                None => continue,
+            },
+        };
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
         let obj_ref = json!({"$ref": format!("#/components/schemas/{schema}")});
         let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": obj_ref}}}});
-        let base = format!("/{}", gv_path(r.group, r.version));
+        let base = format!("/{}", gv_path(&r.group, &r.version));
         let coll = if r.namespaced { format!("{base}/namespaces/{{namespace}}/{}", r.plural) } else { format!("{base}/{}", r.plural) };
         let scope_params: Vec<Value> = if r.namespaced {
             vec![json!({"name": "namespace", "in": "path", "required": true, "description": "object name and auth scope, such as for teams and projects", "schema": {"type": "string", "uniqueItems": true}})]
@@ -118,7 +148,6 @@ pub fn group_version_document(resources: &[Arc<ResourceInfo>], group: &str, vers
             }));
         }
     }
-    let mut schemas = SCHEMAS.clone();
     schemas.insert("io.k8s.apimachinery.pkg.apis.meta.v1.Patch".into(), json!({"description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.", "type": "object"}));
     Some(json!({
         "openapi": "3.0.0",
@@ -186,8 +215,8 @@ pub fn v2_protobuf(resources: &[Arc<ResourceInfo>]) -> Vec<u8> {
     let query = |name: &str, description: &str| json!({"parameter": {"non_body_parameter": {"query_parameter_sub_schema": {"name": name, "in": "query", "type": "string", "unique_items": true, "description": description}}}});
     let mut paths = Vec::new();
     for r in resources {
-        let Some(schema) = schema_name(r.group, r.version, r.kind) else { continue };
-        let base = format!("/{}", gv_path(r.group, r.version));
+        let Some(schema) = schema_name(&r.group, &r.version, &r.kind) else { continue };
+        let base = format!("/{}", gv_path(&r.group, &r.version));
         let coll = if r.namespaced { format!("{base}/namespaces/{{namespace}}/{}", r.plural) } else { format!("{base}/{}", r.plural) };
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind}).to_string();
         let ok = json!({"response_code": [{"name": "200", "value": {"response": {"description": "OK", "schema": {"schema": {"_ref": format!("#/definitions/{schema}")}}}}}]});
@@ -287,6 +316,8 @@ fn type_fits(schema: &Value, name: Option<&str>, v: &Value) -> Result<(), &'stat
 /// What a walk of an object against its schema found.
 #[derive(Default)]
 struct Findings {
+    /// Walking a custom resource's schema (structural pruning rules).
+    custom: bool,
     unknown: Vec<String>,
     /// (path, JSON type found, type expected)
     mistyped: Vec<(String, &'static str, &'static str)>,
@@ -298,6 +329,10 @@ fn walk(schema: &Value, v: &mut Value, path: &str, found: &mut Findings) {
         found.mistyped.push((path.to_owned(), json_type(v), expected));
         return;
     }
+    let flag = |f: &str| schema.get(f) == Some(&Value::Bool(true));
+    // A custom resource's schema may keep what it does not name, and an embedded object's
+    // apiVersion, kind and metadata are always its own.
+    let (preserve, embedded) = (flag("x-kubernetes-preserve-unknown-fields"), flag("x-kubernetes-embedded-resource"));
     match v {
         Value::Object(map) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
@@ -306,6 +341,7 @@ fn walk(schema: &Value, v: &mut Value, path: &str, found: &mut Findings) {
                     let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
                     match props.get(&k) {
                         Some(ps) => walk(ps, map.get_mut(&k).expect("key"), &p, found),
+                        None if preserve || (embedded && matches!(k.as_str(), "apiVersion" | "kind" | "metadata")) => {}
                         None => {
                             found.unknown.push(p);
                             map.remove(&k);
@@ -316,8 +352,16 @@ fn walk(schema: &Value, v: &mut Value, path: &str, found: &mut Findings) {
                 for (k, item) in map.iter_mut() {
                     walk(ap, item, &format!("{path}.{k}"), found);
                 }
+            } else if found.custom && name.is_none() && !preserve && schema.get("type").and_then(Value::as_str) == Some("object") {
+                // A custom resource's object that names no field keeps none (structural
+                // pruning), unless it preserves unknown fields.
+                let keys: Vec<String> = map.keys().filter(|k| !(embedded && matches!(k.as_str(), "apiVersion" | "kind" | "metadata"))).cloned().collect();
+                for k in keys {
+                    found.unknown.push(if path.is_empty() { k.clone() } else { format!("{path}.{k}") });
+                    map.remove(&k);
+                }
             }
-            // No properties and no additionalProperties: opaque (RawExtension, FieldsV1).
+            // Otherwise, no properties and no additionalProperties: opaque (RawExtension, FieldsV1).
         }
         Value::Array(items) => {
             if let Some(is) = schema.get("items") {
@@ -327,6 +371,47 @@ fn walk(schema: &Value, v: &mut Value, path: &str, found: &mut Findings) {
             }
         }
         _ => {}
+    }
+}
+
+/// Fills the `default`s of a schema where `v` has no value, depth first, as upstream's
+/// structural defaulting of custom resources does (defaults inside a default value apply too).
+fn fill_defaults(schema: &Value, v: &mut Value) {
+    match v {
+        Value::Object(map) => {
+            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                for (k, ps) in props {
+                    if !map.contains_key(k) {
+                        if let Some(d) = ps.get("default") {
+                            map.insert(k.clone(), d.clone());
+                        }
+                    }
+                    if let Some(child) = map.get_mut(k) {
+                        fill_defaults(ps, child);
+                    }
+                }
+            } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                for child in map.values_mut() {
+                    fill_defaults(ap, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(is) = schema.get("items").filter(|i| i.is_object()) {
+                for child in items {
+                    fill_defaults(is, child);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Applies a custom resource's schema defaults to an object being written (nothing for
+/// built-ins, whose defaults are `defaults`' per-kind rules).
+pub fn apply_custom_defaults(info: &ResourceInfo, obj: &mut Value) {
+    if let Some(c) = &info.custom {
+        fill_defaults(&c.schema, obj);
     }
 }
 
@@ -402,7 +487,17 @@ pub fn duplicate_fields(json: &[u8]) -> Vec<String> {
 /// as warning texts (`unknown field "…"`, `duplicate field "…"`) with `Warn`.
 pub fn drop_unknown_fields(info: &ResourceInfo, obj: &mut Value, mode: FieldValidation, duplicates: &[String]) -> Result<Vec<String>, ApiError> {
     let mut found = Findings::default();
-    if let Some(name) = schema_name(info.group, info.version, info.kind) {
+    if let Some((_, schema)) = custom_schema(info) {
+        found.custom = true;
+        walk(&schema, obj, "", &mut found);
+        // A custom object of the wrong shape is invalid (422), as upstream's schema validation
+        // says, not undecodable.
+        if !found.mistyped.is_empty() {
+            let causes = found.mistyped.iter().map(|(path, got, expected)| crate::status::cause("FieldValueTypeInvalid", path, format!("Invalid value: {got:?}: {path} in body must be of type {expected}: {got:?}"))).collect();
+            let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+            return Err(ApiError::invalid(&info.group, &info.kind, name, causes));
+        }
+    } else if let Some(name) = schema_name(&info.group, &info.version, &info.kind) {
         walk(&SCHEMAS[name], obj, "", &mut found);
     }
     if let Some((path, got, expected)) = found.mistyped.first() {
@@ -429,8 +524,8 @@ mod tests {
     fn every_served_kind_has_a_schema_and_a_patch_operation() {
         let all: Vec<Arc<ResourceInfo>> = builtin_resources().into_iter().map(Arc::new).collect();
         for r in &all {
-            let name = schema_name(r.group, r.version, r.kind).unwrap_or_else(|| panic!("{} has no schema", r.kind));
-            let doc = group_version_document(&all, r.group, r.version).unwrap();
+            let name = schema_name(&r.group, &r.version, &r.kind).unwrap_or_else(|| panic!("{} has no schema", r.kind));
+            let doc = group_version_document(&all, &r.group, &r.version).unwrap();
             let has_patch = doc["paths"].as_object().unwrap().values().any(|p| {
                 p["patch"]["x-kubernetes-group-version-kind"]["kind"] == r.kind && p["patch"]["parameters"].as_array().unwrap().iter().any(|x| x["name"] == "fieldValidation")
             });
@@ -438,7 +533,7 @@ mod tests {
         }
         let index = index(&all);
         let gvs: Vec<&String> = index["paths"].as_object().unwrap().keys().collect();
-        assert_eq!(gvs, ["api/v1", "apis/apps/v1", "apis/batch/v1", "apis/coordination.k8s.io/v1"]);
+        assert_eq!(gvs, ["api/v1", "apis/apiextensions.k8s.io/v1", "apis/apps/v1", "apis/batch/v1", "apis/coordination.k8s.io/v1"]);
     }
 
     #[test]

@@ -60,13 +60,13 @@ mod tests {
     fn paths() {
         let all: Vec<_> = builtin_resources().into_iter().map(Arc::new).collect();
         let t = parse("/api/v1/namespaces/default/configmaps/x", &all).unwrap();
-        assert_eq!((t.info.plural, t.namespace.as_deref(), t.name.as_deref()), ("configmaps", Some("default"), Some("x")));
+        assert_eq!((t.info.plural.as_str(), t.namespace.as_deref(), t.name.as_deref()), ("configmaps", Some("default"), Some("x")));
         let t = parse("/api/v1/namespaces/default", &all).unwrap();
-        assert_eq!((t.info.plural, t.name.as_deref()), ("namespaces", Some("default")));
+        assert_eq!((t.info.plural.as_str(), t.name.as_deref()), ("namespaces", Some("default")));
         let t = parse("/api/v1/namespaces/default/status", &all).unwrap();
-        assert_eq!((t.info.plural, t.name.as_deref(), t.subresource.as_deref()), ("namespaces", Some("default"), Some("status")));
+        assert_eq!((t.info.plural.as_str(), t.name.as_deref(), t.subresource.as_deref()), ("namespaces", Some("default"), Some("status")));
         let t = parse("/apis/apps/v1/deployments", &all).unwrap();
-        assert_eq!((t.info.plural, t.namespace), ("deployments", None));
+        assert_eq!((t.info.plural.as_str(), t.namespace), ("deployments", None::<String>));
         assert!(parse("/apis/apps/v1/namespaces/x/pods", &all).is_none());
         assert!(parse("/api/v1/configmaps/x", &all).is_none());
         assert!(parse("/api/v2/pods", &all).is_none());

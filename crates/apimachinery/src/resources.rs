@@ -19,26 +19,26 @@ pub enum NameRule {
 }
 
 /// Everything the server needs to know about one served resource.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ResourceInfo {
     /// API group, `""` for core.
-    pub group: &'static str,
+    pub group: String,
     /// API version (`v1`).
-    pub version: &'static str,
+    pub version: String,
     /// Kind (`ConfigMap`).
-    pub kind: &'static str,
+    pub kind: String,
     /// Kind of the list (`ConfigMapList`).
     pub list_kind: String,
     /// Plural resource name (`configmaps`).
-    pub plural: &'static str,
+    pub plural: String,
     /// Singular name (lower-case kind).
     pub singular: String,
     /// Whether objects live in namespaces.
     pub namespaced: bool,
     /// Short names for discovery (`cm`).
-    pub short_names: &'static [&'static str],
+    pub short_names: Vec<String>,
     /// Categories for discovery (`all`).
-    pub categories: &'static [&'static str],
+    pub categories: Vec<String>,
     /// Whether the `status` subresource exists (main-resource writes then ignore status).
     pub has_status: bool,
     /// Whether `metadata.generation` is bumped on spec changes.
@@ -47,10 +47,14 @@ pub struct ResourceInfo {
     pub returns_deleted_object: bool,
     /// Whether PUT of a missing object creates it.
     pub allow_create_on_update: bool,
-    /// Field selectors beyond `metadata.name` and `metadata.namespace`.
-    pub selectable_fields: &'static [&'static str],
+    /// Field selectors beyond `metadata.name` and `metadata.namespace` (shared: every cached
+    /// object points at its resource's list).
+    pub selectable_fields: std::sync::Arc<[String]>,
     /// Name validation rule.
     pub name_rule: NameRule,
+    /// For a custom resource, what its CRD says of this version (schema, subresources,
+    /// printer columns); None for built-ins.
+    pub custom: Option<std::sync::Arc<crate::crd::CustomVersion>>,
 }
 
 impl ResourceInfo {
@@ -61,7 +65,7 @@ impl ResourceInfo {
 
     /// Whether a field selector label is supported for this resource.
     pub fn supports_field(&self, field: &str) -> bool {
-        matches!(field, "metadata.name") || (field == "metadata.namespace") || self.selectable_fields.contains(&field)
+        matches!(field, "metadata.name") || (field == "metadata.namespace") || self.selectable_fields.iter().any(|f| f == field)
     }
 }
 
@@ -111,28 +115,31 @@ where
     K: k8s_openapi::Resource + k8s_openapi::ListableResource,
     K::Scope: Scope,
 {
+    let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect();
     ResourceInfo {
-        group: K::GROUP,
-        version: K::VERSION,
-        kind: K::KIND,
+        group: K::GROUP.to_owned(),
+        version: K::VERSION.to_owned(),
+        kind: K::KIND.to_owned(),
         list_kind: K::LIST_KIND.to_owned(),
-        plural: K::URL_PATH_SEGMENT,
+        plural: K::URL_PATH_SEGMENT.to_owned(),
         singular: K::KIND.to_ascii_lowercase(),
         namespaced: <K::Scope as Scope>::NAMESPACED,
-        short_names: extra.short_names,
-        categories: extra.categories,
+        short_names: owned(extra.short_names),
+        categories: owned(extra.categories),
         has_status: extra.has_status,
         tracks_generation: extra.tracks_generation,
         returns_deleted_object: extra.returns_deleted_object,
         allow_create_on_update: extra.allow_create_on_update,
-        selectable_fields: extra.selectable_fields,
+        selectable_fields: extra.selectable_fields.iter().map(|s| (*s).to_owned()).collect(),
         name_rule: extra.name_rule,
+        custom: None,
     }
 }
 
 /// Every resource a shard serves, in discovery order.
 pub fn builtin_resources() -> Vec<ResourceInfo> {
     use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core};
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     vec![
         builtin::<core::Namespace>(Extra {
             short_names: &["ns"],
@@ -199,8 +206,17 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         builtin::<apps::StatefulSet>(Extra { short_names: &["sts"], ..Extra::WORKLOAD }),
         builtin::<apps::DaemonSet>(Extra { short_names: &["ds"], ..Extra::WORKLOAD }),
         builtin::<batch::Job>(Extra { selectable_fields: &["status.successful"], ..Extra::WORKLOAD }),
+        builtin::<apiextensions::CustomResourceDefinition>(Extra {
+            short_names: &["crd", "crds"],
+            categories: &["api-extensions"],
+            has_status: true,
+            tracks_generation: true,
+            returns_deleted_object: true,
+            ..Extra::PLAIN
+        }),
     ]
 }
+
 
 /// Looks up a resource by group, version and plural.
 pub fn find<'a>(resources: &'a [ResourceInfo], group: &str, version: &str, plural: &str) -> Option<&'a ResourceInfo> {
@@ -215,7 +231,7 @@ mod tests {
     fn trait_facts_flow_into_the_table() {
         let all = builtin_resources();
         let deploy = find(&all, "apps", "v1", "deployments").unwrap();
-        assert_eq!((deploy.kind, deploy.list_kind.as_str(), deploy.namespaced), ("Deployment", "DeploymentList", true));
+        assert_eq!((deploy.kind.as_str(), deploy.list_kind.as_str(), deploy.namespaced), ("Deployment", "DeploymentList", true));
         let ns = find(&all, "", "v1", "namespaces").unwrap();
         assert!(!ns.namespaced);
         assert_eq!(ns.api_version(), "v1");

@@ -22,7 +22,8 @@ pub struct Shards {
     table: std::sync::RwLock<RangeMap<ShardAddr>>,
     storage: Storage,
     pub http: reqwest::Client,
-    pub resources: Vec<Arc<ResourceInfo>>,
+    /// The served resources: the built-ins and every established CRD's (followed from etcd).
+    pub catalog: shardplane_catalog::Follower,
     /// Bookmarks to clients that allow them, this often.
     pub bookmark_interval: std::time::Duration,
     /// Merged watch upstreams shared by client watches.
@@ -77,16 +78,29 @@ impl Shards {
         let stored = map_store::publish(&storage, described).await.map_err(std::io::Error::other)?;
         let table = map_store::routing_table(&stored).map_err(std::io::Error::other)?;
         tracing::info!(epoch = table.epoch(), shards = stored.shards.len(), "range map published");
+        // Followed for the process's life (a router's Shards live as long as it serves).
+        let catalog = shardplane_catalog::Follower::start(storage.clone(), tokio_util::sync::CancellationToken::new());
         Ok(Arc::new(Self {
             table: std::sync::RwLock::new(table),
             storage,
             http,
-            resources: shardplane_apimachinery::resources::builtin_resources().into_iter().map(Arc::new).collect(),
+            catalog,
             bookmark_interval,
             hubs: Arc::new(crate::hub::Hubs::new(history)),
             epochs: tokio::sync::watch::channel(MapEpoch { epoch: stored.epoch, cutover: stored.cutover }).0,
             upstreams: Default::default(),
         }))
+    }
+
+    /// The resource a request path names; a path under `/apis/` not served yet is looked up
+    /// again once the catalog has every CRD change committed before now (its CRD may have been
+    /// established a moment ago).
+    pub async fn target(&self, path: &str) -> Option<shardplane_apimachinery::request_path::Target> {
+        use shardplane_apimachinery::request_path::parse;
+        match parse(path, &self.catalog.now().resources) {
+            None if path.starts_with("/apis/") => parse(path, &self.catalog.caught_up(shardplane_shard::shard::CATCH_UP).await.resources),
+            found => found,
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, RangeMap<ShardAddr>> {
@@ -200,7 +214,7 @@ impl Shards {
 
     /// The URL of the shard owning an object.
     pub fn owner(&self, info: &ResourceInfo, namespace: &str, name: &str) -> String {
-        self.read().owner(placement_hash(info.group, info.plural, namespace, name)).url.clone()
+        self.read().owner(placement_hash(&info.group, &info.plural, namespace, name)).url.clone()
     }
 
     /// Sends one request to the shard owning the object under the current map.

@@ -79,7 +79,7 @@ async fn dispatch(State(front): State<Arc<Front>>, req: Request) -> Response<Bod
         r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
         return r;
     }
-    let target = request_path::parse(&path, &shards.resources);
+    let target = shards.target(&path).await;
     let watch = target.as_ref().is_some_and(|t| t.name.is_none()) && method == Method::GET && form_value(&query, "watch").is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"));
     let (verb, group, version, resource, sub, scope) = labels_for(&method, target.as_ref(), watch);
     let started = std::time::Instant::now();
@@ -89,13 +89,14 @@ async fn dispatch(State(front): State<Arc<Front>>, req: Request) -> Response<Bod
     };
     let span = tracing::info_span!("route", %method, %path);
     let metrics = front.metrics.clone();
+    let route_target = target.clone();
     let resp = async move {
         let (parts, body) = req.into_parts();
         let body = match axum::body::to_bytes(body, 3 * 1024 * 1024 + 1).await {
             Ok(b) if b.len() <= 3 * 1024 * 1024 => b,
             _ => return error(&ApiError::too_large(3 * 1024 * 1024)),
         };
-        match route(&shards, &metrics, &method, &path, &query, &parts.headers, body).await {
+        match route(&shards, &metrics, &method, &path, &query, &parts.headers, body, route_target).await {
             Ok(r) => r,
             Err(e) => error(&e),
         }
@@ -113,7 +114,7 @@ async fn dispatch(State(front): State<Arc<Front>>, req: Request) -> Response<Bod
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &str, query: &str, headers: &axum::http::HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
+async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &str, query: &str, headers: &axum::http::HeaderMap, body: Bytes, target: Option<request_path::Target>) -> Result<Response<Body>, ApiError> {
     let pq = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
     match path.trim_end_matches('/') {
         "/healthz" | "/livez" => return Ok(Response::new(Body::from("ok"))),
@@ -130,7 +131,7 @@ async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &
         }
         _ => {}
     }
-    let Some(t) = request_path::parse(path, &shards.resources) else {
+    let Some(t) = target else {
         // Discovery, OpenAPI and /version are the same on every shard.
         return shards.forward(&shards.urls()[0], method, &pq, headers, body).await;
     };
@@ -140,7 +141,7 @@ async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &
             let o = ListOptions::parse(query, &t.info)?;
             if o.watch {
                 // apiserver_registered_watchers counts the router's client watches while they run.
-                let gauge = metrics.watchers.with_label_values(&[t.info.group, t.info.version, t.info.kind]);
+                let gauge = metrics.watchers.with_label_values(&[&t.info.group, &t.info.version, &t.info.kind]);
                 shards.routed(|| watch::watch(shards.clone(), t.clone(), o.clone(), query, headers, gauge.clone())).await
             } else {
                 shards.routed(|| list::list(shards, &t, &o, query, headers)).await
@@ -175,7 +176,7 @@ async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &
             shards.routed(|| delete_collection(shards, &pq, headers, body.clone())).await
         }
         (_, Some(name)) => shards.routed(|| shards.forward_to_owner(&t.info, &ns, name, method, &pq, headers, body.clone())).await,
-        (m, None) => Err(ApiError::method_not_allowed(&m.as_str().to_ascii_lowercase(), t.info.group, t.info.plural)),
+        (m, None) => Err(ApiError::method_not_allowed(&m.as_str().to_ascii_lowercase(), &t.info.group, &t.info.plural)),
     }
 }
 

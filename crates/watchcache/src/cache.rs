@@ -271,7 +271,7 @@ impl WatchCache {
         for w in &mut g.watchers {
             let before = w.filter.owned.take().map_or_else(RangeSet::full, |o| o.ranges);
             let ranges = joining.ranges.ranges().iter().fold(before, |set, r| set.without(*r));
-            w.filter.owned = Some(Owned { group: joining.group, plural: joining.plural, ranges });
+            w.filter.owned = Some(Owned { group: joining.group.clone(), plural: joining.plural.clone(), ranges });
         }
         // The past changes join the history in revision order, each dated like the event
         // before it, so the history stays in time order for eviction.

@@ -214,13 +214,13 @@ fn adopt_and_release_move_objects_without_events() {
     let h = |name: &str| placement_hash("", "configmaps", "ns", name);
     let r = range_between(h("moved"), h("moved2"));
     assert!(!r.contains(h("mine")), "the test's names put `mine` outside the moved range");
-    let only = |set: RangeSet| Filter { owned: Some(Owned { group: "", plural: "configmaps", ranges: set }), ..Filter::default() };
+    let only = |set: RangeSet| Filter { owned: Some(Owned { group: String::new(), plural: "configmaps".into(), ranges: set }), ..Filter::default() };
     let before_move = RangeSet::full().without(r);
     let cache = WatchCache::new(CacheConfig::default());
     cache.replace(vec![obj("ns", "mine", "red", 5)], 10);
     cache.apply(obj("ns", "mine", "blue", 11), false);
     let mut w = cache.watch(Some(11), Filter::default(), false).unwrap();
-    let joining = || Owned { group: "", plural: "configmaps", ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
+    let joining = || Owned { group: String::new(), plural: "configmaps".into(), ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
     // Not at the synced revision: refused, nothing changes.
     assert!(!cache.adopt(vec![obj("ns", "moved", "red", 3)], 10, joining(), 10, vec![]));
     assert!(cache.get("ns", "moved").is_none());
@@ -270,7 +270,7 @@ fn a_range_adopted_with_its_past_serves_watches_from_before() {
         // Not after the history's start: already in the state, never an event.
         PastChange { object: obj("ns", "moved2", "red", 9), prev: None, deleted: false },
     ];
-    let joining = Owned { group: "", plural: "configmaps", ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
+    let joining = Owned { group: String::new(), plural: "configmaps".into(), ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
     assert!(cache.adopt(vec![obj("ns", "moved", "blue", 13)], 14, joining, 10, past));
     let mut w = cache.watch(Some(10), Filter::default(), false).unwrap();
     let mut got = Vec::new();
@@ -299,10 +299,10 @@ fn a_range_adopted_with_part_of_its_past_is_refused_only_before_that_part() {
     assert_eq!(cache.revision_before(Duration::from_secs(3600)), 10, "nothing in the history is that old");
     assert_eq!(cache.revision_before(Duration::ZERO), 13);
     let past = vec![PastChange { object: obj("ns", "moved", "red", 12), prev: None, deleted: false }];
-    let joining = Owned { group: "", plural: "configmaps", ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
+    let joining = Owned { group: String::new(), plural: "configmaps".into(), ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
     assert!(cache.adopt(vec![obj("ns", "moved", "red", 12)], 13, joining, 11, past));
     assert!(matches!(cache.watch(Some(10), Filter::default(), false), Err(CacheError::TooOld { requested: 10, oldest: 11 })));
-    let outside = Filter { owned: Some(Owned { group: "", plural: "configmaps", ranges: RangeSet::full().without(r) }), ..Filter::default() };
+    let outside = Filter { owned: Some(Owned { group: String::new(), plural: "configmaps".into(), ranges: RangeSet::full().without(r) }), ..Filter::default() };
     assert!(cache.watch(Some(10), outside, false).is_ok());
     let mut w = cache.watch(Some(11), Filter::default(), false).unwrap();
     let mut got = Vec::new();

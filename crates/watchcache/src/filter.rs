@@ -9,8 +9,8 @@ use shardplane_keyspace::{placement_hash, RangeSet};
 /// (a range it is loading, or draining, RFC 0006).
 #[derive(Clone, Debug)]
 pub struct Owned {
-    pub group: &'static str,
-    pub plural: &'static str,
+    pub group: String,
+    pub plural: String,
     pub ranges: RangeSet,
 }
 
@@ -39,7 +39,7 @@ impl Filter {
             }
         }
         if let Some(o) = &self.owned {
-            if !o.ranges.contains(placement_hash(o.group, o.plural, obj.namespace(), obj.name())) {
+            if !o.ranges.contains(placement_hash(&o.group, &o.plural, obj.namespace(), obj.name())) {
                 return false;
             }
         }

@@ -22,7 +22,7 @@ pub struct CachedObject {
     attrs: Attrs,
     /// The names of the resource's selectable fields (beyond name and namespace), in the order
     /// `attrs` holds their values.
-    field_names: &'static [&'static str],
+    field_names: std::sync::Arc<[String]>,
 }
 
 /// `metadata.labels` (sorted by key) and selectable field values in one allocation, instead of
@@ -143,7 +143,7 @@ pub fn decode_object(info: &ResourceInfo, v: &mut Value, rv: u64) -> Result<Cach
     let mut encoded = shardplane_apimachinery::encode::object_bytes(&v);
     encoded.shrink_to_fit();
     let bytes = Bytes::from(encoded);
-    Ok(CachedObject { key, bytes, rv, uid, attrs, field_names: info.selectable_fields })
+    Ok(CachedObject { key, bytes, rv, uid, attrs, field_names: info.selectable_fields.clone() })
 }
 
 #[cfg(test)]

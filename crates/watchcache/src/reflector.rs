@@ -19,15 +19,15 @@ use tokio_util::sync::CancellationToken;
 /// the reflector's to change (by [`Command`]s); others may read it.
 #[derive(Clone)]
 pub struct KeyRange {
-    pub group: &'static str,
-    pub plural: &'static str,
+    pub group: String,
+    pub plural: String,
     pub ranges: Arc<RwLock<RangeSet>>,
 }
 
 impl KeyRange {
     /// `group`/`plural` keys in `ranges`.
-    pub fn new(group: &'static str, plural: &'static str, ranges: RangeSet) -> Self {
-        Self { group, plural, ranges: Arc::new(RwLock::new(ranges)) }
+    pub fn new(group: &str, plural: &str, ranges: RangeSet) -> Self {
+        Self { group: group.to_owned(), plural: plural.to_owned(), ranges: Arc::new(RwLock::new(ranges)) }
     }
 
     /// The ranges now followed.
@@ -49,15 +49,15 @@ impl KeyRange {
             // Nothing followed: a key range no object key falls in (hashes are hex digits, and
             // "x" sorts after them). Not "\0" to "\0", which etcd reads as every key.
             _ => {
-                let prefix = shardplane_keyspace::etcd_layout::resource_prefix(self.group, self.plural);
+                let prefix = shardplane_keyspace::etcd_layout::resource_prefix(&self.group, &self.plural);
                 return (format!("{prefix}x").into_bytes(), format!("{prefix}y").into_bytes());
             }
         };
-        range_keys(self.group, self.plural, hull)
+        range_keys(&self.group, &self.plural, hull)
     }
 
     pub(crate) fn owns_key(&self, key: &[u8]) -> bool {
-        parse_object_key(self.group, self.plural, key).is_some_and(|(h, _, _)| self.ranges.read().unwrap_or_else(|p| p.into_inner()).contains(h))
+        parse_object_key(&self.group, &self.plural, key).is_some_and(|(h, _, _)| self.ranges.read().unwrap_or_else(|p| p.into_inner()).contains(h))
     }
 }
 
@@ -81,14 +81,14 @@ enum Followed {
 /// Runs until `shutdown`: keeps `cache` equal to etcd's `range`, decoded by `codec`, and
 /// carries out `commands`.
 pub async fn run(storage: Storage, cache: Arc<WatchCache>, codec: ObjectCodec, range: KeyRange, mut commands: mpsc::Receiver<Command>, shutdown: CancellationToken) {
-    let resource = codec.info().plural;
+    let resource = codec.info().plural.clone();
     let mut backoff = Duration::from_millis(100);
     let mut loads = Loads::new();
     while !shutdown.is_cancelled() {
         match sync_once(&storage, &cache, &codec, &range, &mut commands, &mut loads, &shutdown).await {
             Ok(()) => return,
             Err(e) => {
-                tracing::warn!(resource, error = %e, "watch cache lost etcd; relisting");
+                tracing::warn!(resource = %resource, error = %e, "watch cache lost etcd; relisting");
                 tokio::select! {
                     _ = tokio::time::sleep(backoff) => {}
                     _ = shutdown.cancelled() => return,
@@ -107,7 +107,7 @@ async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
     // the watch for as long as the shard runs, and would keep a second copy of every object).
     let objects = decode_all(codec, kvs.into_iter().filter(|kv| range.owns_key(&kv.key)));
     cache.replace(objects, rev);
-    tracing::debug!(resource = codec.info().plural, revision = rev, "watch cache loaded");
+    tracing::debug!(resource = %codec.info().plural, revision = rev, "watch cache loaded");
     adopt::backfill_on_load(storage, cache, codec, range, rev).await;
     let mut from = rev;
     loop {
@@ -152,7 +152,7 @@ async fn follow(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, rang
                             // (from etcd's prev_kv, or from the cache if etcd sent none).
                             let info = codec.info();
                             let cached = || {
-                                let (_, ns, name) = parse_object_key(info.group, info.plural, &e.kv.key)?;
+                                let (_, ns, name) = parse_object_key(&info.group, &info.plural, &e.kv.key)?;
                                 cache.get(ns, name)
                             };
                             match &e.prev {
@@ -209,9 +209,8 @@ async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
         }
         Command::Release(r, reply) => {
             range.set(range.ranges().without(r));
-            let (group, plural) = (range.group, range.plural);
-            let gone = cache.release(|o| r.contains(placement_hash(group, plural, o.namespace(), o.name())));
-            tracing::info!(resource = plural, range = %r, objects = gone, "let a range go");
+            let gone = cache.release(|o| r.contains(placement_hash(&range.group, &range.plural, o.namespace(), o.name())));
+            tracing::info!(resource = %range.plural, range = %r, objects = gone, "let a range go");
             let _ = reply.send(gone);
             // Its keys are dropped by the filter; the watch may go on as it is.
             None

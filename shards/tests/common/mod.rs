@@ -16,6 +16,12 @@ use tokio_util::sync::CancellationToken;
 mod etcd;
 pub use etcd::*;
 
+/// kubectl against a test server.
+#[path = "kubectl.rs"]
+mod kubectl;
+#[allow(unused_imports)]
+pub use kubectl::*;
+
 /// A shard served in-process (or, with `SHARDPLANE_ROUTER_SHARDS=K`, a router in front of K).
 pub struct TestShard {
     pub url: String,

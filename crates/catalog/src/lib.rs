@@ -1,0 +1,253 @@
+//! # shardplane-catalog
+//!
+//! Owns the table of served resources: the built-ins, then every established
+//! CustomResourceDefinition's served versions ([`Catalog`]). Every shard and every router
+//! follows the CRDs in storage — all of them, whatever range a process owns — so that each
+//! serves a custom resource as soon as its CRD is established ([`Follower`]).
+//!
+//! It must never serve HTTP or hold objects other than CRDs: the shard caches custom objects,
+//! the router routes to them; both read the table from here.
+
+use serde_json::Value;
+use shardplane_apimachinery::crd;
+use shardplane_apimachinery::resources::{builtin_resources, ResourceInfo};
+use shardplane_keyspace::etcd_layout;
+use shardplane_storage::{Storage, WatchItem};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+/// The served resources as of one storage revision.
+#[derive(Debug)]
+pub struct Catalog {
+    /// Every CRD change up to this revision is reflected.
+    pub revision: u64,
+    /// Built-ins first, in discovery order, then custom resources by CRD name.
+    pub resources: Arc<Vec<Arc<ResourceInfo>>>,
+    /// Every stored CRD, by name, established or not.
+    crds: Arc<BTreeMap<String, Value>>,
+}
+
+impl Catalog {
+    /// Only the built-ins (before anything is read from storage).
+    pub fn builtin() -> Self {
+        Self::from_crds(0, Arc::new(BTreeMap::new()))
+    }
+
+    fn from_crds(revision: u64, crds: Arc<BTreeMap<String, Value>>) -> Self {
+        let mut resources: Vec<Arc<ResourceInfo>> = builtin_resources().into_iter().map(Arc::new).collect();
+        resources.extend(crds.values().flat_map(crd::served_resources).map(Arc::new));
+        Self { revision, resources: Arc::new(resources), crds }
+    }
+
+    /// The stored CRD of that name.
+    pub fn crd(&self, name: &str) -> Option<&Value> {
+        self.crds.get(name)
+    }
+
+    /// Every stored CRD.
+    pub fn crds(&self) -> impl Iterator<Item = &Value> {
+        self.crds.values()
+    }
+
+    /// Another CRD that already has `candidate`'s plural or kind in its group accepted, or a
+    /// built-in with that group and plural: names `candidate` may not take.
+    pub fn conflict(&self, candidate: &Value) -> Option<String> {
+        let (group, plural, kind) = crd::claims(candidate);
+        let name = candidate.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+        if builtin_resources().iter().any(|r| r.group == group && r.plural == plural) {
+            return Some(format!("the built-in resource {plural}.{group}"));
+        }
+        self.crds.iter().filter(|(n, _)| n.as_str() != name).find_map(|(n, other)| {
+            let accepted = other.pointer("/status/acceptedNames")?;
+            let same_group = other.pointer("/spec/group").and_then(Value::as_str) == Some(group.as_str());
+            let taken = accepted["plural"].as_str() == Some(plural.as_str()) || accepted["kind"].as_str() == Some(kind.as_str());
+            (same_group && taken && !plural.is_empty()).then(|| n.clone())
+        })
+    }
+
+    /// The served resource (group, version, plural).
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&Arc<ResourceInfo>> {
+        self.resources.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+}
+
+/// Follows the stored CRDs and publishes the [`Catalog`] each change makes.
+#[derive(Clone)]
+pub struct Follower {
+    rx: watch::Receiver<Arc<Catalog>>,
+    storage: Storage,
+    /// Asks the follow loop for a progress mark (a reader waits for a revision).
+    want_progress: Arc<Notify>,
+}
+
+/// The etcd key range holding every CRD.
+fn crd_keys() -> (Vec<u8>, Vec<u8>) {
+    let prefix = etcd_layout::resource_prefix(crd::GROUP, crd::PLURAL).into_bytes();
+    let end = etcd_layout::prefix_end(&prefix);
+    (prefix, end)
+}
+
+impl Follower {
+    /// Starts following until `shutdown`. The catalog holds only the built-ins until the first
+    /// read of the CRDs.
+    pub fn start(storage: Storage, shutdown: CancellationToken) -> Self {
+        let (tx, rx) = watch::channel(Arc::new(Catalog::builtin()));
+        let want_progress = Arc::new(Notify::new());
+        tokio::spawn(follow(storage.clone(), tx, want_progress.clone(), shutdown));
+        Self { rx, storage, want_progress }
+    }
+
+    /// The catalog now.
+    pub fn now(&self) -> Arc<Catalog> {
+        self.rx.borrow().clone()
+    }
+
+    /// A receiver of every new catalog.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Catalog>> {
+        self.rx.clone()
+    }
+
+    /// The catalog once it reflects every CRD change committed before this call, or the latest
+    /// one after `within` (storage unreachable, or the follow loop relisting).
+    pub async fn caught_up(&self, within: Duration) -> Arc<Catalog> {
+        let Ok(target) = self.storage.current_revision().await else { return self.now() };
+        let mut rx = self.rx.clone();
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let now = rx.borrow_and_update().clone();
+            if now.revision >= target {
+                return now;
+            }
+            self.want_progress.notify_one();
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return self.now() },
+                _ = tokio::time::sleep_until(deadline) => return self.now(),
+                // A progress request can be lost while etcd is still sending history: ask again.
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    }
+}
+
+/// List the CRDs, then watch them; on any failure, list again after a second.
+async fn follow(storage: Storage, tx: watch::Sender<Arc<Catalog>>, want_progress: Arc<Notify>, shutdown: CancellationToken) {
+    let (start, end) = crd_keys();
+    loop {
+        let result = async {
+            let (kvs, revision) = storage.list_range(&start, &end, 0).await?;
+            let mut crds = BTreeMap::new();
+            for kv in kvs {
+                if let Some((name, v)) = parse(&kv.value) {
+                    crds.insert(name, v);
+                }
+            }
+            let mut crds = Arc::new(crds);
+            tx.send_replace(Arc::new(Catalog::from_crds(revision, crds.clone())));
+            let mut w = storage.watch_range(&start, &end, revision).await?;
+            loop {
+                let item = tokio::select! {
+                    item = w.next() => item?,
+                    _ = want_progress.notified() => {
+                        w.request_progress().await?;
+                        continue;
+                    }
+                    _ = shutdown.cancelled() => return Ok(()),
+                };
+                match item {
+                    None => return Err(shardplane_storage::StorageError::Etcd("the CRD watch ended".into())),
+                    Some(WatchItem::Progress(rev)) => {
+                        let now = tx.borrow().clone();
+                        if rev > now.revision {
+                            tx.send_replace(Arc::new(Catalog { revision: rev, resources: now.resources.clone(), crds: now.crds.clone() }));
+                        }
+                    }
+                    Some(WatchItem::Events(events)) => {
+                        let map = Arc::make_mut(&mut crds);
+                        let mut last = 0;
+                        for e in events {
+                            last = e.revision;
+                            let name = etcd_key_name(&e.kv.key);
+                            if e.deleted {
+                                map.remove(&name);
+                            } else if let Some((name, v)) = parse(&e.kv.value) {
+                                map.insert(name, v);
+                            }
+                        }
+                        tx.send_replace(Arc::new(Catalog::from_crds(last, crds.clone())));
+                    }
+                }
+            }
+        }
+        .await;
+        match result {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(error = %e, "following CustomResourceDefinitions failed; reading them again"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = shutdown.cancelled() => return,
+        }
+    }
+}
+
+/// A CRD's name from its etcd key.
+fn etcd_key_name(key: &[u8]) -> String {
+    etcd_layout::parse_object_key(crd::GROUP, crd::PLURAL, key).map(|(_, _, name)| name.to_owned()).unwrap_or_default()
+}
+
+/// A stored CRD and its name; None (logged) for bytes that are not one.
+fn parse(bytes: &[u8]) -> Option<(String, Value)> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => {
+            let name = v.pointer("/metadata/name").and_then(Value::as_str)?.to_owned();
+            Some((name, v))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "a stored CustomResourceDefinition is not JSON; ignored");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn crd(name: &str, plural: &str, kind: &str) -> Value {
+        let mut c = json!({
+            "metadata": {"name": name},
+            "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": plural, "kind": kind},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}},
+                             {"name": "v2", "served": true, "storage": false, "schema": {"openAPIV3Schema": {"type": "object"}}}]}
+        });
+        crd::apply_defaults(&mut c);
+        crd::establish(&mut c, None, "2026-01-01T00:00:00Z");
+        c
+    }
+
+    #[test]
+    fn established_crds_add_their_served_versions_after_the_builtins() {
+        let crds = BTreeMap::from([("foos.example.com".to_owned(), crd("foos.example.com", "foos", "Foo"))]);
+        let c = Catalog::from_crds(7, Arc::new(crds));
+        let builtins = builtin_resources().len();
+        assert_eq!(c.resources.len(), builtins + 2);
+        assert!(c.find("example.com", "v1", "foos").is_some() && c.find("example.com", "v2", "foos").is_some());
+        assert_eq!(c.revision, 7);
+    }
+
+    #[test]
+    fn names_taken_in_the_group_or_by_a_builtin_conflict() {
+        let crds = BTreeMap::from([("foos.example.com".to_owned(), crd("foos.example.com", "foos", "Foo"))]);
+        let c = Catalog::from_crds(1, Arc::new(crds));
+        assert_eq!(c.conflict(&crd("bars.example.com", "bars", "Foo")).as_deref(), Some("foos.example.com"), "the kind is taken");
+        assert_eq!(c.conflict(&crd("bars.example.com", "bars", "Bar")), None);
+        assert_eq!(c.conflict(&crd("foos.example.com", "foos", "Foo")), None, "a CRD does not conflict with itself");
+        let mut deployments = crd("deployments.apps", "deployments", "Deployment");
+        deployments["spec"]["group"] = json!("apps");
+        assert!(c.conflict(&deployments).is_some_and(|c| c.contains("built-in")));
+    }
+}

@@ -1,0 +1,122 @@
+//! The shard's part in CustomResourceDefinitions: a CRD written through this shard (it owns
+//! the CRD's key) is established at once — its names checked against every other CRD the
+//! catalog holds, as upstream's naming and establishing controllers do — so that every shard
+//! and router, following the catalog, serves its resources. Deleting a CRD deletes its objects
+//! first: every shard deletes its own, and the CRD's owner lets it go once none is left.
+
+use crate::handlers;
+use crate::shard::{Shard, CATCH_UP};
+use axum::http::HeaderMap;
+use serde_json::Value;
+use shardplane_apimachinery::meta::{self, Subresource};
+use shardplane_apimachinery::request_path::Target;
+use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::{crd, kind_rules, ApiError};
+use shardplane_keyspace::{etcd_layout, HashRange};
+use shardplane_storage::StorageError;
+use shardplane_watchcache::Filter;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::Instrument;
+
+/// Accepts the names of a CRD being created or having its spec written, and establishes it
+/// (status writes are the client's own).
+pub async fn admit(shard: &Shard, info: &ResourceInfo, obj: &mut Value, sub: Subresource) {
+    if !kind_rules::is_crd(info) || sub == Subresource::Status {
+        return;
+    }
+    let catalog = shard.catalog.caught_up(CATCH_UP).await;
+    let conflict = catalog.conflict(obj);
+    crd::establish(obj, conflict.as_deref(), &meta::now_rfc3339());
+}
+
+/// Marks a CRD being deleted as upstream does: the cleanup finalizer (its objects go first) and
+/// the `Terminating` condition.
+pub fn mark_deleting(info: &ResourceInfo, obj: &mut Value) {
+    if !kind_rules::is_crd(info) {
+        return;
+    }
+    let m = meta::metadata_mut(obj);
+    let finalizers = m.entry("finalizers").or_insert_with(|| Value::Array(Vec::new()));
+    if let Some(list) = finalizers.as_array_mut()
+        && !list.iter().any(|f| f == crd::CLEANUP_FINALIZER)
+    {
+        list.push(Value::String(crd::CLEANUP_FINALIZER.into()));
+    }
+    crd::mark_terminating(obj, &meta::now_rfc3339());
+}
+
+/// Refuses a create of a custom object whose CRD is being deleted, as upstream does.
+pub fn refuse_create_if_terminating(shard: &Shard, info: &ResourceInfo) -> Result<(), ApiError> {
+    let Some(custom) = &info.custom else { return Ok(()) };
+    let catalog = shard.catalog.now();
+    if catalog.crd(&custom.crd).is_some_and(|c| c.pointer("/metadata/deletionTimestamp").is_some()) {
+        let mut e = ApiError::method_not_allowed("create", &info.group, &info.plural);
+        e.message = "create not allowed while custom resource definition is terminating".into();
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Runs until shutdown: every `period`, for each CRD being deleted, deletes this shard's own
+/// objects of it (finalizers on them are honoured: such objects wait); the shard that owns the
+/// CRD's key then removes the cleanup finalizer once etcd holds no object of it on any shard,
+/// which deletes the CRD — the namespace lifecycle's pattern.
+pub async fn run_cleanup(shard: Arc<Shard>, period: Duration) {
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shard.shutdown.cancelled() => return,
+        }
+        let catalog = shard.catalog.now();
+        let deleting: Vec<Value> = catalog.crds().filter(|c| c.pointer("/metadata/deletionTimestamp").is_some()).cloned().collect();
+        for c in deleting {
+            let name = c.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
+            let span = tracing::info_span!("crd_cleanup", crd = %name, shard = %shard.id);
+            if let Err(e) = cleanup(&shard, &c).instrument(span).await {
+                tracing::warn!(crd = %name, error = %e, "custom resource cleanup failed; retrying");
+            }
+        }
+    }
+}
+
+async fn cleanup(shard: &Shard, c: &Value) -> Result<(), String> {
+    let (group, plural, _) = crd::claims(c);
+    let name = c.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
+    let served = shard.all_served().into_iter().find(|s| s.info.group == group && s.info.plural == plural);
+    if let Some(served) = served {
+        let Ok(page) = served.cache.list(None, &Filter::default(), None, None, false) else { return Ok(()) };
+        for obj in page.items {
+            let ns = (!obj.namespace().is_empty()).then(|| obj.namespace().to_owned());
+            let t = Target { info: served.info.clone(), namespace: ns, name: Some(obj.name().to_owned()), subresource: None };
+            if let Err(e) = handlers::delete(shard, &t, obj.name(), &HeaderMap::new(), "gracePeriodSeconds=0", b"").await
+                && e.code != 404
+                && e.code != 421
+            {
+                tracing::warn!(object = obj.name(), error = %e, "custom object cleanup delete failed");
+            }
+        }
+    }
+    let crd_info = shard.builtin(crd::GROUP, crd::PLURAL);
+    let Ok(key) = shard.owned_key(&crd_info, "", &name) else { return Ok(()) };
+    let (start, end) = etcd_layout::range_keys(&group, &plural, HashRange::FULL);
+    if !shard.storage.list_keys(&start, &end).await.map_err(|e| e.to_string())?.is_empty() {
+        return Ok(());
+    }
+    // Every object is gone: drop the finalizer (and, with no other, the CRD).
+    let (Some(kv), _) = shard.storage.get(&key).await.map_err(|e| e.to_string())? else { return Ok(()) };
+    let mut stored: Value = serde_json::from_slice(&kv.value).map_err(|e| e.to_string())?;
+    if let Some(list) = stored.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
+        list.retain(|f| f != crd::CLEANUP_FINALIZER);
+    }
+    let result = if meta::has_finalizers(&stored) {
+        shard.storage.update(&key, serde_json::to_vec(&stored).expect("json"), kv.mod_revision).await
+    } else {
+        shard.storage.delete(&key, kv.mod_revision).await
+    };
+    match result {
+        Ok(_) | Err(StorageError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
