@@ -281,15 +281,18 @@ fn respond_warning(code: StatusCode, obj: &mut Value, rv: Option<u64>, unknown: 
 
 /// Applies `fieldValidation` (default Warn): unknown fields are dropped, as decoding into the
 /// typed object drops them upstream; Strict refuses them. Then a custom resource's schema
-/// defaults are filled in. Returns the fields to warn about.
+/// defaults are filled in and its value rules checked (422). Returns the fields to warn about.
 fn validate_fields(info: &ResourceInfo, query: &str, obj: &mut Value, raw: &[u8]) -> Result<Vec<String>, ApiError> {
     let mode = FieldValidation::parse(form_value(query, "fieldValidation").as_deref())?;
     // Duplicate keys exist only in JSON bytes (protobuf bodies start with "k8s\0").
     let json = raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     let duplicates = if json && mode != FieldValidation::Ignore { duplicate_fields(raw) } else { vec![] };
     let unknown = drop_unknown_fields(info, obj, mode, &duplicates)?;
-    // A custom resource's schema defaults apply after pruning, as upstream.
-    shardplane_apimachinery::openapi::apply_custom_defaults(info, obj);
+    // A custom resource's defaults and value rules apply after pruning, as upstream.
+    let causes = shardplane_apimachinery::structural::admit_custom(info, obj);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(&info.group, &info.kind, meta::meta_str(obj, "name"), causes));
+    }
     Ok(unknown)
 }
 

@@ -111,6 +111,11 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
         };
         let mut new = old.clone();
         set_at(&mut new, &paths.spec_replicas, json!(replicas));
+        // The object must still meet its schema (a maximum on the replicas, say).
+        let causes = shardplane_apimachinery::structural::admit_custom(info, &mut new);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(&info.group, &info.kind, name, causes));
+        }
         meta::prepare_for_update(info, &old, &mut new, Subresource::Main);
         if dry {
             return respond(&scale_of(&new, paths));

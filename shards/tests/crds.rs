@@ -29,8 +29,9 @@ fn agent_session_crd() -> Value {
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
                 ],
                 "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                    "spec": {"type": "object", "properties": {
-                        "agent": {"type": "string"}, "model": {"type": "string", "default": "small"}, "replicas": {"type": "integer"},
+                    "spec": {"type": "object", "required": ["agent"], "properties": {
+                        "agent": {"type": "string"}, "model": {"type": "string", "default": "small"}, "replicas": {"type": "integer", "minimum": 0, "maximum": 10},
+                        "phase": {"type": "string", "enum": ["Running", "Suspended", "Completed"]},
                         "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
                         "limits": {"type": "object"}
                     }},
@@ -105,6 +106,11 @@ async fn a_crd_is_established_and_its_objects_served_pruned_and_watched() {
     let (code, bad) = s.post(&base, &session("second", json!({"replicas": "three"}))).await;
     assert_eq!(code, 422, "{bad}");
     assert_eq!(bad["details"]["causes"][0]["field"], "spec.replicas", "{bad}");
+    // The schema's value rules: 422 with every cause, at its path.
+    let (code, bad) = s.post(&base, &session("fourth", json!({"phase": "Sleeping", "replicas": 11}))).await;
+    assert_eq!(code, 422, "{bad}");
+    let causes: Vec<(&str, &str)> = bad["details"]["causes"].as_array().unwrap().iter().map(|c| (c["field"].as_str().unwrap(), c["reason"].as_str().unwrap())).collect();
+    assert_eq!(causes, [("spec.agent", "FieldValueRequired"), ("spec.phase", "FieldValueNotSupported"), ("spec.replicas", "FieldValueInvalid")], "{bad}");
     let (code, strict) = s.post(&format!("{base}?fieldValidation=Strict"), &session("third", json!({"bogus": 1}))).await;
     assert_eq!(code, 400, "{strict}");
     assert!(strict["message"].as_str().unwrap().contains("unknown field \"spec.bogus\""), "{strict}");
@@ -145,6 +151,8 @@ async fn a_crd_is_established_and_its_objects_served_pruned_and_watched() {
     assert_eq!((obj["spec"]["replicas"].as_i64(), obj["metadata"]["generation"].as_i64()), (Some(6), Some(4)), "the object follows, its generation with it: {obj}");
     let (code, stale) = s.put(&format!("{base}/first/scale"), &scaled).await;
     assert_eq!(code, 409, "a stale resourceVersion in the Scale is a conflict: {stale}");
+    let (code, over) = s.send("PATCH", &format!("{base}/first/scale"), "application/merge-patch+json", r#"{"spec":{"replicas":11}}"#).await;
+    assert_eq!((code, over["details"]["causes"][0]["field"].as_str()), (422, Some("spec.replicas")), "the schema's maximum holds through scale: {over}");
 }
 
 #[tokio::test]
@@ -221,7 +229,7 @@ async fn deleting_a_crd_deletes_its_objects_on_every_shard_first() {
         list["items"].as_array().is_some_and(|items| items.len() == 1 && items[0]["metadata"]["deletionTimestamp"].is_string())
     })
     .await;
-    let (code, refused) = s.post(&base, &session("late", json!({}))).await;
+    let (code, refused) = s.post(&base, &session("late", json!({"agent": "a"}))).await;
     assert_eq!(code, 405, "{refused}");
     assert_eq!(s.get(&crd_path).await.0, 200, "the CRD stays while an object of it does");
 

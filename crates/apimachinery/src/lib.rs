@@ -7,7 +7,7 @@
 //! ([`continue_token`]), object metadata rules ([`meta`]), CustomResourceDefinitions and what they serve ([`crd`]), per-kind validation rules
 //! ([`kind_rules`]) and field defaults ([`defaults`]), the
 //! three patch formats ([`patch`]), protobuf request bodies ([`protobuf`]), OpenAPI documents and
-//! schema-driven field validation ([`openapi`]), and watch event framing ([`watch_event`]).
+//! schema-driven field validation ([`openapi`]), custom resources' value rules ([`structural`]), and watch event framing ([`watch_event`]).
 //!
 //! It must never do I/O or hold state: it turns requests into validated values and objects into
 //! objects, so the shard, the router and the conformance suite all agree on one reading of the API.
@@ -26,6 +26,7 @@ pub mod request_path;
 pub mod resources;
 pub mod selectors;
 pub mod status;
+pub mod structural;
 pub mod watch_event;
 
 pub use status::ApiError;

@@ -374,47 +374,6 @@ fn walk(schema: &Value, v: &mut Value, path: &str, found: &mut Findings) {
     }
 }
 
-/// Fills the `default`s of a schema where `v` has no value, depth first, as upstream's
-/// structural defaulting of custom resources does (defaults inside a default value apply too).
-fn fill_defaults(schema: &Value, v: &mut Value) {
-    match v {
-        Value::Object(map) => {
-            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-                for (k, ps) in props {
-                    if !map.contains_key(k) {
-                        if let Some(d) = ps.get("default") {
-                            map.insert(k.clone(), d.clone());
-                        }
-                    }
-                    if let Some(child) = map.get_mut(k) {
-                        fill_defaults(ps, child);
-                    }
-                }
-            } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-                for child in map.values_mut() {
-                    fill_defaults(ap, child);
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(is) = schema.get("items").filter(|i| i.is_object()) {
-                for child in items {
-                    fill_defaults(is, child);
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Applies a custom resource's schema defaults to an object being written (nothing for
-/// built-ins, whose defaults are `defaults`' per-kind rules).
-pub fn apply_custom_defaults(info: &ResourceInfo, obj: &mut Value) {
-    if let Some(c) = &info.custom {
-        fill_defaults(&c.schema, obj);
-    }
-}
-
 /// The paths of keys that occur twice in one object of a JSON document (`spec.replicas`,
 /// `spec.containers[0].name`), in document order. A parsed `Value` keeps only the last, as Go's
 /// decoder does, so strict validation has to read the bytes.
