@@ -128,48 +128,52 @@ impl Shard {
     }
 
     /// Starts a cache and its reflector for each resource of `catalog` not served yet, stops
-    /// those of custom resources it no longer has, and publishes its resources. Called with
+    /// those of custom resources it no longer has (or whose CRD changed), and publishes its
+    /// resources. Called with
     /// the range lock held (or before anything else runs), so a new cache starts with the
     /// ranges every other cache holds.
     fn serve_catalog(&self, catalog: &shardplane_catalog::Catalog) {
         let mut table = self.table.write().unwrap_or_else(|p| p.into_inner()).clone();
         let ranges = self.ranges();
-        let wanted: std::collections::HashSet<(String, String)> = catalog.resources.iter().map(|r| (r.group.clone(), r.plural.clone())).collect();
+        // One cache per resource, decoding with the storage version's facts (the first served
+        // version's when storage is not served).
+        let mut decoders: Vec<&Arc<ResourceInfo>> = Vec::new();
+        for info in catalog.resources.iter() {
+            let storage = info.custom.as_ref().is_none_or(|c| c.storage_version == info.version);
+            match decoders.iter().position(|d| d.group == info.group && d.plural == info.plural) {
+                Some(i) if storage => decoders[i] = info,
+                Some(_) => {}
+                None => decoders.push(info),
+            }
+        }
+        // A cache whose CRD is gone, or changed what decoding depends on (its schema's defaults
+        // apply to every object read from storage), ends — its reflector stopped, its open
+        // watches ended, as upstream restarts a CRD's storage when the CRD changes — and, if the
+        // resource is still served, starts again below with the new facts.
         table.by_resource.retain(|k, served| {
-            let keep = wanted.contains(k);
+            let keep = decoders.iter().any(|d| d.group == k.0 && d.plural == k.1 && ***d == *served.info);
             if !keep {
-                tracing::info!(group = %k.0, resource = %k.1, "no longer served: its CustomResourceDefinition is gone");
+                tracing::info!(group = %k.0, resource = %k.1, "a custom resource's cache ends: its CustomResourceDefinition is gone or changed");
                 served.stop.cancel();
-                // Its open watches end (their clients find the resource gone when they retry).
                 served.cache.release(|_| true);
             }
             keep
         });
-        for info in catalog.resources.iter() {
+        for info in decoders {
             let k = (info.group.clone(), info.plural.clone());
-            // One cache per resource; the storage version's facts decode the objects of every
-            // served version (the first served one's when storage is not served).
-            let decodes = info.custom.as_ref().is_none_or(|c| c.storage_version == info.version);
-            match table.by_resource.get(&k) {
-                Some(old) if decodes && *old.info != **info => {
-                    // Same resource, new facts (its CRD changed): the cache stays, the codec follows.
-                    let served = Served { info: info.clone(), codec: ObjectCodec::new(info.clone()), cache: old.cache.clone(), commands: old.commands.clone(), stop: old.stop.clone() };
-                    table.by_resource.insert(k, Arc::new(served));
-                }
-                Some(_) => {}
-                None => {
-                    let codec = ObjectCodec::new(info.clone());
-                    let cache = Arc::new(WatchCache::new(self.cache_config.clone()));
-                    let (commands, rx) = tokio::sync::mpsc::channel(4);
-                    let stop = self.shutdown.child_token();
-                    let range = KeyRange::new(&info.group, &info.plural, ranges.clone());
-                    tokio::spawn(reflector::run(self.storage.clone(), cache.clone(), codec.clone(), range, rx, stop.clone()));
-                    if info.custom.is_some() {
-                        tracing::info!(group = %info.group, resource = %info.plural, "serving a custom resource");
-                    }
-                    table.by_resource.insert(k, Arc::new(Served { info: info.clone(), codec, cache, commands, stop }));
-                }
+            if table.by_resource.contains_key(&k) {
+                continue;
             }
+            let codec = ObjectCodec::new(info.clone());
+            let cache = Arc::new(WatchCache::new(self.cache_config.clone()));
+            let (commands, rx) = tokio::sync::mpsc::channel(4);
+            let stop = self.shutdown.child_token();
+            let range = KeyRange::new(&info.group, &info.plural, ranges.clone());
+            tokio::spawn(reflector::run(self.storage.clone(), cache.clone(), codec.clone(), range, rx, stop.clone()));
+            if info.custom.is_some() {
+                tracing::info!(group = %info.group, resource = %info.plural, "serving a custom resource");
+            }
+            table.by_resource.insert(k, Arc::new(Served { info: info.clone(), codec, cache, commands, stop }));
         }
         table.resources = catalog.resources.clone();
         table.revision = catalog.revision;

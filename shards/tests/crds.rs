@@ -239,3 +239,30 @@ async fn deleting_a_crd_deletes_its_objects_on_every_shard_first() {
     wait_for(Duration::from_secs(20), || async { s.get(&crd_path).await.0 == 404 }).await;
     wait_for(Duration::from_secs(10), || async { s.get(&base).await.0 == 404 }).await;
 }
+
+#[tokio::test]
+async fn a_default_added_to_the_crd_shows_on_objects_already_stored() {
+    let etcd = Etcd::start().await;
+    let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
+    let crd_path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/agentsessions.{GROUP}");
+    assert_eq!(s.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &agent_session_crd()).await.0, 201);
+    let base = format!("/apis/{GROUP}/v1/namespaces/default/agentsessions");
+    let (code, before) = s.post(&base, &session("stored", json!({"agent": "a"}))).await;
+    assert_eq!(code, 201, "{before}");
+    assert!(before["spec"].get("tier").is_none());
+
+    // The CRD gains a field with a default: objects read from storage get it, as upstream.
+    let (_, mut crd) = s.get(&crd_path).await;
+    crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["tier"] = json!({"type": "string", "default": "gold"});
+    let (code, body) = s.put(&crd_path, &crd).await;
+    assert_eq!(code, 200, "{body}");
+    wait_for(Duration::from_secs(10), || async { s.get(&format!("{base}/stored")).await.1["spec"]["tier"] == "gold" }).await;
+    let (_, list) = s.get(&base).await;
+    assert_eq!(list["items"][0]["spec"]["tier"], "gold", "{list}");
+    // Stored as it was: the default is applied on reading, not written back.
+    let key = shardplane_keyspace::etcd_layout::object_key(&shardplane_keyspace::ObjectKey::new(GROUP, "agentsessions", "default", "stored"));
+    let storage = shardplane_storage::Storage::connect(&[etcd.endpoint.clone()]).await.unwrap();
+    let (kv, _) = storage.get(key.as_bytes()).await.unwrap();
+    let raw: Value = serde_json::from_slice(&kv.unwrap().value).unwrap();
+    assert!(raw["spec"].get("tier").is_none(), "{raw}");
+}

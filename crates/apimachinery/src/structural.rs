@@ -1,6 +1,6 @@
 //! The value rules of a custom resource's structural schema, applied to an object being written
 //! after pruning ([`crate::openapi::drop_unknown_fields`]): nulls of non-nullable fields
-//! dropped, `default`s filled in, then `required`, `enum`, numeric bounds, string lengths and
+//! dropped, `default`s filled in (on every read from storage too), then `required`, `enum`, numeric bounds, string lengths and
 //! `pattern`, and item counts checked, each failure a Status cause with upstream's field path
 //! and message.
 //!
@@ -153,12 +153,21 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<StatusCause>) {
     }
 }
 
-/// For a custom resource: drops nulls of non-nullable fields, fills defaults, then checks the
-/// value rules; the causes of a 422 (none for a valid object, or for a built-in).
+/// For a custom resource: drops nulls of non-nullable fields and fills defaults — on write and
+/// on every read from storage, as upstream, so a default added to a CRD shows on objects stored
+/// before it. Nothing for a built-in.
+pub fn default_custom(info: &ResourceInfo, obj: &mut Value) {
+    if let Some(c) = &info.custom {
+        drop_nulls(&c.schema, obj);
+        fill_defaults(&c.schema, obj);
+    }
+}
+
+/// For a custom resource: [`default_custom`], then the value rules; the causes of a 422 (none
+/// for a valid object, or for a built-in).
 pub fn admit_custom(info: &ResourceInfo, obj: &mut Value) -> Vec<StatusCause> {
     let Some(c) = &info.custom else { return Vec::new() };
-    drop_nulls(&c.schema, obj);
-    fill_defaults(&c.schema, obj);
+    default_custom(info, obj);
     let mut causes = Vec::new();
     check(&c.schema, obj, "", &mut causes);
     causes

@@ -121,6 +121,8 @@ impl ObjectCodec {
     /// Decodes stored bytes, stamps `rv` as resourceVersion and extracts selector fields.
     pub fn decode(&self, stored: &[u8], rv: u64) -> Result<CachedObject, String> {
         let mut v: Value = serde_json::from_slice(stored).map_err(|e| format!("stored object is not JSON: {e}"))?;
+        // A custom resource's schema defaults apply on reading from storage, as upstream.
+        shardplane_apimachinery::structural::default_custom(&self.info, &mut v);
         decode_object(&self.info, &mut v, rv)
     }
 }
