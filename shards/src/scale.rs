@@ -72,7 +72,10 @@ pub async fn get(shard: &Shard, t: &Target, name: &str) -> Reply {
     let paths = paths(t)?;
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(&t.info, &ns, name)?;
-    let (obj, _) = current_from(shard, &t.info, &key, &ns, name, Source::CacheFirst).await?;
+    // A quorum read, as upstream's GET without a resourceVersion: the cache may not have seen a
+    // write already acknowledged.
+    let (mut obj, _) = current_from(shard, &t.info, &key, &ns, name, Source::Etcd).await?;
+    shardplane_apimachinery::structural::default_custom(&t.info, &mut obj);
     respond(&scale_of(&obj, paths))
 }
 
