@@ -17,40 +17,13 @@ fn child(path: &str, key: &str) -> String {
 }
 
 /// Drops null values of fields whose schema is not `nullable` (upstream does so before
-/// defaulting, so that a default then applies).
-fn drop_nulls(schema: &Value, v: &mut Value) {
+/// defaulting, so that a default then applies), then fills the schema's `default`s where the
+/// object has no value; level by level, so defaults inside a default value apply too.
+fn drop_nulls_and_default(schema: &Value, v: &mut Value) {
     match v {
         Value::Object(map) => {
             if let Some(props) = schema.get("properties").and_then(Value::as_object) {
                 map.retain(|k, x| !(x.is_null() && props.get(k).is_some_and(|ps| ps.get("nullable") != Some(&Value::Bool(true)))));
-                for (k, x) in map.iter_mut() {
-                    if let Some(ps) = props.get(k) {
-                        drop_nulls(ps, x);
-                    }
-                }
-            } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-                for x in map.values_mut() {
-                    drop_nulls(ap, x);
-                }
-            }
-        }
-        Value::Array(items) => {
-            if let Some(is) = schema.get("items").filter(|i| i.is_object()) {
-                for x in items {
-                    drop_nulls(is, x);
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Fills the `default`s of a schema where `v` has no value, depth first (defaults inside a
-/// default value apply too).
-fn fill_defaults(schema: &Value, v: &mut Value) {
-    match v {
-        Value::Object(map) => {
-            if let Some(props) = schema.get("properties").and_then(Value::as_object) {
                 for (k, ps) in props {
                     if !map.contains_key(k)
                         && let Some(d) = ps.get("default")
@@ -58,19 +31,19 @@ fn fill_defaults(schema: &Value, v: &mut Value) {
                         map.insert(k.clone(), d.clone());
                     }
                     if let Some(x) = map.get_mut(k) {
-                        fill_defaults(ps, x);
+                        drop_nulls_and_default(ps, x);
                     }
                 }
             } else if let Some(ap) = schema.get("additionalProperties").filter(|a| a.is_object()) {
                 for x in map.values_mut() {
-                    fill_defaults(ap, x);
+                    drop_nulls_and_default(ap, x);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(is) = schema.get("items").filter(|i| i.is_object()) {
                 for x in items {
-                    fill_defaults(is, x);
+                    drop_nulls_and_default(is, x);
                 }
             }
         }
@@ -158,8 +131,7 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<StatusCause>) {
 /// before it. Nothing for a built-in.
 pub fn default_custom(info: &ResourceInfo, obj: &mut Value) {
     if let Some(c) = &info.custom {
-        drop_nulls(&c.schema, obj);
-        fill_defaults(&c.schema, obj);
+        drop_nulls_and_default(&c.schema, obj);
     }
 }
 
@@ -191,8 +163,7 @@ mod tests {
 
     fn run(spec: Value) -> (Value, Vec<(String, String)>) {
         let mut obj = json!({"spec": spec});
-        drop_nulls(&schema(), &mut obj);
-        fill_defaults(&schema(), &mut obj);
+        drop_nulls_and_default(&schema(), &mut obj);
         let mut causes = Vec::new();
         check(&schema(), &obj, "", &mut causes);
         (obj, causes.into_iter().map(|c| (c.field, c.message)).collect())
