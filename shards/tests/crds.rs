@@ -186,12 +186,7 @@ async fn kubectl_applies_lists_and_deletes_custom_objects() {
         assert_eq!(k.ok(&["get", "as", "-n", "default", "-o", "name"], None).lines().count(), 6);
         // kubectl's own strict validation refuses a field the schema does not have.
         let bogus = serde_json::to_string(&session("bogus", json!({"agent": "coder", "bogus": 1}))).unwrap();
-        let out = k.command(&["apply", "-n", "default", "-f", "-"]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(bogus.as_bytes())?;
-            c.wait_with_output()
-        });
-        let out = out.unwrap();
+        let out = k.run(&["apply", "-n", "default", "-f", "-"], Some(&bogus));
         assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("bogus"), "{}", String::from_utf8_lossy(&out.stderr));
         // Deleted, then gone from the list (kubectl waits for the object to go by default).
         k.ok(&["delete", "agentsession", "s0", "-n", "default"], None);
@@ -201,13 +196,19 @@ async fn kubectl_applies_lists_and_deletes_custom_objects() {
     .unwrap();
 }
 
-#[tokio::test]
-async fn deleting_a_crd_deletes_its_objects_on_every_shard_first() {
+/// etcd, a server (a shard, or a router over K shards), and the AgentSession CRD created on it:
+/// the CRD's path and the default namespace's collection of sessions.
+async fn with_agent_sessions() -> (Etcd, TestShard, String, String) {
     let etcd = Etcd::start().await;
     let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
     let crd_path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/agentsessions.{GROUP}");
     assert_eq!(s.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &agent_session_crd()).await.0, 201);
-    let base = format!("/apis/{GROUP}/v1/namespaces/default/agentsessions");
+    (etcd, s, crd_path, format!("/apis/{GROUP}/v1/namespaces/default/agentsessions"))
+}
+
+#[tokio::test]
+async fn deleting_a_crd_deletes_its_objects_on_every_shard_first() {
+    let (_etcd, s, crd_path, base) = with_agent_sessions().await;
     for i in 0..8 {
         let mut o = session(&format!("s{i}"), json!({"agent": "a"}));
         if i == 0 {
@@ -242,11 +243,7 @@ async fn deleting_a_crd_deletes_its_objects_on_every_shard_first() {
 
 #[tokio::test]
 async fn a_default_added_to_the_crd_shows_on_objects_already_stored() {
-    let etcd = Etcd::start().await;
-    let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
-    let crd_path = format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/agentsessions.{GROUP}");
-    assert_eq!(s.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &agent_session_crd()).await.0, 201);
-    let base = format!("/apis/{GROUP}/v1/namespaces/default/agentsessions");
+    let (etcd, s, crd_path, base) = with_agent_sessions().await;
     let (code, before) = s.post(&base, &session("stored", json!({"agent": "a"}))).await;
     assert_eq!(code, 201, "{before}");
     assert!(before["spec"].get("tier").is_none());

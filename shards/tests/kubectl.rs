@@ -108,11 +108,7 @@ fn run_steps(k: &Kubectl) {
         assert!(field.contains("replicas") && field.contains("integer"), "{field}");
         // Default (strict) validation refuses an unknown field, on the server.
         let bad = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bad, namespace: scenario}\nbogus: 1\n";
-        let out = k.command(&["create", "-f", "-"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(bad.as_bytes())?;
-            c.wait_with_output()
-        }).unwrap();
+        let out = k.run(&["create", "-f", "-"], Some(bad));
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("unknown field \"bogus\""), "{}", String::from_utf8_lossy(&out.stderr));
     }

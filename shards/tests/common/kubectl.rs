@@ -40,8 +40,8 @@ impl Kubectl {
         c
     }
 
-    /// Runs kubectl; panics with its output unless it exits 0. Returns stdout.
-    pub fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+    /// Runs kubectl with `stdin` (if any) and returns its exit status and output.
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
         let mut c = self.command(args);
         c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = c.spawn().expect("spawn kubectl");
@@ -51,7 +51,12 @@ impl Kubectl {
         } else {
             drop(child.stdin.take());
         }
-        let out = child.wait_with_output().unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// Runs kubectl; panics with its output unless it exits 0. Returns stdout.
+    pub fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.run(args, stdin);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(out.status.success(), "kubectl {args:?} failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
         stdout
