@@ -196,7 +196,8 @@ async fn the_local_topology_grows_and_shrinks_with_the_shard_count_across_restar
         assert_eq!(names, want, "run {run} over {k} shards");
         for i in 0..15 {
             let name = format!("run{run}-{i}");
-            assert_eq!(r.post("/api/v1/namespaces/default/configmaps", &configmap(&name, serde_json::json!({}))).await.0, 201, "{name}");
+            let (code, body) = r.post("/api/v1/namespaces/default/configmaps", &configmap(&name, serde_json::json!({}))).await;
+            assert_eq!(code, 201, "{name}: {body}");
             want.push(name);
         }
         want.sort();
