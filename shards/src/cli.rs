@@ -4,6 +4,7 @@
 use clap::Parser;
 use shardplane_keyspace::{HashRange, RangeSet};
 use crate::{serve, ShardConfig};
+use shardplane_storage::StorageContract;
 use shardplane_watchcache::CacheConfig;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -61,6 +62,10 @@ struct Args {
     /// for dead this long after (RFC 0006).
     #[arg(long, default_value_t = 10)]
     member_ttl_seconds: u64,
+    /// A storage contract (JSON): resources that live on an etcd of their own, each with its
+    /// endpoints (RFC 0008). Every shard and router of a cluster must read the same file.
+    #[arg(long)]
+    storage_config: Option<std::path::PathBuf>,
 }
 
 /// Set by a parent (shard-router) that holds the shard's stdin open: the shard stops when it
@@ -105,6 +110,13 @@ async fn run_async(args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let storage_contract = match args.storage_config.as_deref().map(StorageContract::load).transpose() {
+        Ok(c) => c.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("shard-server: --storage-config {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let config = ShardConfig {
         id: args.id,
         etcd_endpoints: args.etcd_endpoints,
@@ -123,6 +135,7 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         max_mutating_inflight: args.max_mutating_requests_inflight,
         member_ttl: Duration::from_secs(args.member_ttl_seconds.max(1)),
         standalone: args.standalone,
+        storage_contract,
     };
     let shutdown = shutdown_on_signal();
     if std::env::var_os(EXIT_WITH_STDIN).is_some() {

@@ -101,19 +101,20 @@ async fn cleanup(shard: &Shard, c: &Value) -> Result<(), String> {
     let crd_info = shard.builtin(crd::GROUP, crd::PLURAL);
     let Ok(key) = shard.owned_key(&crd_info, "", &name) else { return Ok(()) };
     let (start, end) = etcd_layout::range_keys(&group, &plural, HashRange::FULL);
-    if !shard.storage.list_keys(&start, &end).await.map_err(|e| e.to_string())?.is_empty() {
+    if !shard.stores.of(&group, &plural).list_keys(&start, &end).await.map_err(|e| e.to_string())?.is_empty() {
         return Ok(());
     }
     // Every object is gone: drop the finalizer (and, with no other, the CRD).
-    let (Some(kv), _) = shard.storage.get(&key).await.map_err(|e| e.to_string())? else { return Ok(()) };
+    let store = shard.store(&crd_info);
+    let (Some(kv), _) = store.get(&key).await.map_err(|e| e.to_string())? else { return Ok(()) };
     let mut stored: Value = serde_json::from_slice(&kv.value).map_err(|e| e.to_string())?;
     if let Some(list) = stored.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
         list.retain(|f| f != crd::CLEANUP_FINALIZER);
     }
     let result = if meta::has_finalizers(&stored) {
-        shard.storage.update(&key, serde_json::to_vec(&stored).expect("json"), kv.mod_revision).await
+        store.update(&key, serde_json::to_vec(&stored).expect("json"), kv.mod_revision).await
     } else {
-        shard.storage.delete(&key, kv.mod_revision).await
+        store.delete(&key, kv.mod_revision).await
     };
     match result {
         Ok(_) | Err(StorageError::Conflict { .. }) => Ok(()),

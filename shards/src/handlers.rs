@@ -144,7 +144,7 @@ pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str, view: View)
     let cache = &served.cache;
     match form_value(query, "resourceVersion").as_deref() {
         None | Some("") => {
-            let rev = shard.storage.current_revision().await.map_err(storage_err)?;
+            let rev = shard.store(&t.info).current_revision().await.map_err(storage_err)?;
             cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
         }
         Some("0") => {}
@@ -166,7 +166,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
     let sem = o.list_semantics();
     let at = match sem {
         ListSemantics::MostRecent => {
-            let rev = shard.storage.current_revision().await.map_err(storage_err)?;
+            let rev = shard.store(&t.info).current_revision().await.map_err(storage_err)?;
             cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
             None
         }
@@ -186,7 +186,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
     // A continue token's revision must still be in etcd, as upstream reads continued pages from
     // etcd: once compacted away, the token is expired even if the cache still has the revision.
     let compacted = match (continuing, at) {
-        (true, Some(rv)) => match shard.storage.ensure_not_compacted(rv).await {
+        (true, Some(rv)) => match shard.store(&t.info).ensure_not_compacted(rv).await {
             Err(StorageError::Compacted { .. }) => Some(CacheError::TooOld { requested: rv, oldest: rv + 1 }),
             Err(e) => return Err(storage_err(e)),
             Ok(()) => None,
@@ -245,7 +245,7 @@ pub(crate) async fn current_from(shard: &Shard, info: &ResourceInfo, key: &[u8],
             return Ok((v, Kv { key: key.to_vec(), value: o.bytes.clone(), mod_revision: o.rv, create_revision: 0 }));
         }
     }
-    let (kv, _) = shard.storage.get(key).await.map_err(storage_err)?;
+    let (kv, _) = shard.store(info).get(key).await.map_err(storage_err)?;
     let kv = kv.ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
     let mut v: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("stored object is not JSON: {e}")))?;
     meta::set_resource_version(&mut v, kv.mod_revision);
@@ -300,7 +300,7 @@ fn validate_fields(info: &ResourceInfo, query: &str, obj: &mut Value, raw: &[u8]
 /// another shard may own it).
 async fn check_namespace(shard: &Shard, info: &ResourceInfo, ns: &str, name: &str) -> Result<(), ApiError> {
     let ns_info = shard.builtin("", "namespaces");
-    let (kv, _) = shard.storage.get(&Shard::any_key(&ns_info, "", ns)).await.map_err(storage_err)?;
+    let (kv, _) = shard.store(&ns_info).get(&Shard::any_key(&ns_info, "", ns)).await.map_err(storage_err)?;
     let Some(kv) = kv else { return Err(ApiError::not_found("", "namespaces", ns)) };
     let v: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
     if v.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
@@ -356,7 +356,7 @@ pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str,
     if dry {
         return respond_warning(StatusCode::CREATED, &mut obj, None, &unknown);
     }
-    match shard.storage.create(&key, stored_bytes(&obj)).await {
+    match shard.store(info).create(&key, stored_bytes(&obj)).await {
         Ok(rev) => respond_warning(StatusCode::CREATED, &mut obj, Some(rev), &unknown),
         Err(StorageError::AlreadyExists) => Err(ApiError::already_exists(&info.group, &info.plural, &name)),
         Err(e) => Err(storage_err(e)),
@@ -386,7 +386,8 @@ async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old
         return respond_warning(StatusCode::OK, &mut new, Some(kv.mod_revision), unknown).map(Some);
     }
     let finished = new.pointer("/metadata/deletionTimestamp").is_some() && !meta::has_finalizers(&new) && !(info.plural == "namespaces" && new.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
-    let result = if finished { shard.storage.delete(key, kv.mod_revision).await } else { shard.storage.update(key, stored_bytes(&new), kv.mod_revision).await };
+    let store = shard.store(info);
+    let result = if finished { store.delete(key, kv.mod_revision).await } else { store.update(key, stored_bytes(&new), kv.mod_revision).await };
     match result {
         Ok(rev) => respond_warning(StatusCode::OK, &mut new, Some(rev), unknown).map(Some),
         Err(StorageError::Conflict { .. }) => Ok(None),
@@ -564,7 +565,7 @@ async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
             if dry {
                 return respond(StatusCode::OK, new, None);
             }
-            match shard.storage.update(&key, stored_bytes(&new), kv.mod_revision).await {
+            match shard.store(info).update(&key, stored_bytes(&new), kv.mod_revision).await {
                 // Upstream answers 200 for an object only marked for deletion (202 only with the
                 // deprecated orphanDependents=false).
                 Ok(rev) => {
@@ -576,7 +577,7 @@ async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
             }
         }
         if !dry {
-            match shard.storage.delete(&key, kv.mod_revision).await {
+            match shard.store(info).delete(&key, kv.mod_revision).await {
                 Ok(_) => {}
                 Err(StorageError::Conflict { current: None }) => return Err(ApiError::not_found(&info.group, &info.plural, name)),
                 Err(StorageError::Conflict { .. }) => continue,
@@ -596,7 +597,7 @@ pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, q
     let o = ListOptions::parse(query, &t.info)?;
     let served = shard.served(&t.info)?;
     let cache = &served.cache;
-    let rev = shard.storage.current_revision().await.map_err(storage_err)?;
+    let rev = shard.store(&t.info).current_revision().await.map_err(storage_err)?;
     cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
     let page = cache.list(None, &filter(shard, t, &o), None, None, false).map_err(|e| cache_err(e, false))?;
     let mut deleted = Vec::new();

@@ -68,7 +68,7 @@ pub async fn bootstrap(shard: Arc<Shard>) {
         let Ok(key) = shard.owned_key(&info, namespace, name) else { continue };
         shardplane_apimachinery::meta::prepare_for_create(&info, &mut obj);
         loop {
-            match shard.storage.create(&key, shardplane_apimachinery::encode::object_bytes(&obj)).await {
+            match shard.store(&info).create(&key, shardplane_apimachinery::encode::object_bytes(&obj)).await {
                 Ok(_) | Err(shardplane_storage::StorageError::AlreadyExists) => break,
                 Err(e) => {
                     tracing::warn!(object = name, error = %e, "bootstrap object not created yet; retrying");
@@ -85,6 +85,7 @@ pub async fn bootstrap(shard: Arc<Shard>) {
 /// Keeps `terminating` equal to the Terminating namespaces in etcd (name → mod_revision).
 async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>>) {
     let (start, end) = etcd_layout::range_keys("", "namespaces", HashRange::FULL);
+    let store = shard.stores.of("", "namespaces").clone();
     let note = |value: &[u8], rev: u64, set: &mut BTreeMap<String, u64>| {
         let Ok(ns) = serde_json::from_slice::<Value>(value) else { return };
         let name = ns.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
@@ -96,7 +97,7 @@ async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>
     };
     while !shard.shutdown.is_cancelled() {
         let result: Result<(), shardplane_storage::StorageError> = async {
-            let (kvs, rev) = shard.storage.list_range(&start, &end, 0).await?;
+            let (kvs, rev) = store.list_range(&start, &end, 0).await?;
             {
                 let mut set = terminating.lock().unwrap_or_else(|p| p.into_inner());
                 set.clear();
@@ -106,7 +107,7 @@ async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>
             }
             // Only the Terminating names are kept; the namespaces themselves are not.
             drop(kvs);
-            let mut watch = shard.storage.watch_range(&start, &end, rev).await?;
+            let mut watch = store.watch_range(&start, &end, rev).await?;
             loop {
                 let item = tokio::select! {
                     i = watch.next() => i?,
@@ -166,7 +167,7 @@ async fn delete_own_objects(shard: &Shard, ns: &str) {
 async fn namespace_empty(shard: &Shard, ns: &str) -> Result<bool, String> {
     for info in shard.resources().iter().filter(|r| r.namespaced) {
         let (start, end) = etcd_layout::range_keys(&info.group, &info.plural, HashRange::FULL);
-        let keys = shard.storage.list_keys(&start, &end).await.map_err(|e| e.to_string())?;
+        let keys = shard.store(info).list_keys(&start, &end).await.map_err(|e| e.to_string())?;
         if keys.iter().any(|k| etcd_layout::parse_object_key(&info.group, &info.plural, k).is_some_and(|(_, n, _)| n == ns)) {
             return Ok(false);
         }
@@ -176,7 +177,8 @@ async fn namespace_empty(shard: &Shard, ns: &str) -> Result<bool, String> {
 
 async fn finalize(shard: &Shard, ns_info: &shardplane_apimachinery::resources::ResourceInfo, name: &str, expected: u64) {
     let key = Shard::any_key(ns_info, "", name);
-    let Ok((Some(kv), _)) = shard.storage.get(&key).await else { return };
+    let store = shard.store(ns_info);
+    let Ok((Some(kv), _)) = store.get(&key).await else { return };
     if kv.mod_revision != expected {
         return; // changed meanwhile: the next sweep looks again
     }
@@ -186,9 +188,9 @@ async fn finalize(shard: &Shard, ns_info: &shardplane_apimachinery::resources::R
     }
     let spec_done = ns.pointer("/spec/finalizers").and_then(Value::as_array).is_none_or(|a| a.is_empty());
     let result = if spec_done && !shardplane_apimachinery::meta::has_finalizers(&ns) {
-        shard.storage.delete(&key, kv.mod_revision).await
+        store.delete(&key, kv.mod_revision).await
     } else {
-        shard.storage.update(&key, shardplane_apimachinery::encode::object_bytes(&ns), kv.mod_revision).await
+        store.update(&key, shardplane_apimachinery::encode::object_bytes(&ns), kv.mod_revision).await
     };
     if let Err(e) = result {
         tracing::debug!(namespace = name, error = %e, "namespace finalize lost a race; retrying next sweep");

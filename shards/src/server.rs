@@ -15,7 +15,7 @@ use axum::Router;
 use shardplane_apimachinery::list_options::ListOptions;
 use shardplane_apimachinery::ApiError;
 use shardplane_keyspace::RangeSet;
-use shardplane_storage::Storage;
+use shardplane_storage::{Storage, StorageContract, Stores};
 use shardplane_watchcache::CacheConfig;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,6 +47,9 @@ pub struct ShardConfig {
     pub max_requests_inflight: usize,
     /// Most concurrent mutating requests (upstream `--max-mutating-requests-inflight`).
     pub max_mutating_inflight: usize,
+    /// Which resources are on an etcd of their own (`--storage-config`); the rest, and the
+    /// cluster's control data, are on `etcd_endpoints`.
+    pub storage_contract: StorageContract,
 }
 
 /// The in-flight bounds. Past them a request gets 429 with Retry-After, as upstream; watches are
@@ -78,15 +81,19 @@ impl InflightLimits {
 /// Calls `on_listen` with the bound address (port 0 picks a free one).
 pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let storage = Storage::connect(&config.etcd_endpoints).await.map_err(std::io::Error::other)?;
-    let shard = Shard::start(config.id.clone(), storage.clone(), config.ranges.clone(), config.cache.clone(), config.bookmark_interval, config.min_request_timeout, config.standalone, shutdown.clone());
+    let stores = Stores::connect(storage, &config.etcd_endpoints, &config.storage_contract).await.map_err(std::io::Error::other)?;
+    let shard = Shard::start(config.id.clone(), stores.clone(), config.ranges.clone(), config.cache.clone(), config.bookmark_interval, config.min_request_timeout, config.standalone, shutdown.clone());
     if let Some(interval) = config.compaction_interval {
-        let token = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = shardplane_storage::run_compactor(storage, interval) => {}
-                _ = token.cancelled() => {}
-            }
-        });
+        // Each store is compacted on its own: its revisions are its own.
+        for storage in stores.all().iter().cloned() {
+            let token = shutdown.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    _ = shardplane_storage::run_compactor(storage, interval) => {}
+                    _ = token.cancelled() => {}
+                }
+            });
+        }
     }
     tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::crds::run_cleanup(shard.clone(), config.namespace_sweep));

@@ -6,7 +6,7 @@ use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::ApiError;
 use shardplane_keyspace::{etcd_layout, HashRange, ObjectKey, RangeSet};
 use shardplane_storage::range_map::StoredRangeMap;
-use shardplane_storage::Storage;
+use shardplane_storage::{Storage, Stores};
 use shardplane_watchcache::reflector::{self, KeyRange};
 use shardplane_watchcache::{CacheConfig, ObjectCodec, WatchCache};
 use std::collections::HashMap;
@@ -60,7 +60,11 @@ pub const LIST_FRAMING_HEADER: &str = "shardplane-list-framing";
 /// A running shard.
 pub struct Shard {
     pub id: String,
+    /// The main store: the range map, membership, and every resource the storage contract does
+    /// not put elsewhere.
     pub storage: Storage,
+    /// Each resource's store (RFC 0008's storage contract).
+    pub stores: Stores,
     /// The ranges every cache of this shard holds: `--range` at start, then as the range map's
     /// moves ask (RFC 0006).
     ranges: std::sync::RwLock<RangeSet>,
@@ -98,11 +102,12 @@ impl Shard {
     /// A `standalone` shard ignores the range map: it owns exactly what it caches and never
     /// loads or lets go of a range (a single-shard deployment, or a baseline beside a cluster).
     #[allow(clippy::too_many_arguments)]
-    pub fn start(id: String, storage: Storage, ranges: RangeSet, cache: CacheConfig, bookmark_interval: Duration, min_request_timeout: Duration, standalone: bool, shutdown: CancellationToken) -> Arc<Self> {
-        let catalog = shardplane_catalog::Follower::start(storage.clone(), shutdown.clone());
+    pub fn start(id: String, stores: Stores, ranges: RangeSet, cache: CacheConfig, bookmark_interval: Duration, min_request_timeout: Duration, standalone: bool, shutdown: CancellationToken) -> Arc<Self> {
+        let catalog = shardplane_catalog::Follower::start(stores.of(shardplane_apimachinery::crd::GROUP, shardplane_apimachinery::crd::PLURAL).clone(), shutdown.clone());
         let shard = Arc::new(Self {
             id,
-            storage,
+            storage: stores.main().clone(),
+            stores,
             ranges: std::sync::RwLock::new(ranges),
             adopted: std::sync::Mutex::new(Vec::new()),
             changing: tokio::sync::Mutex::new(()),
@@ -169,7 +174,7 @@ impl Shard {
             let (commands, rx) = tokio::sync::mpsc::channel(4);
             let stop = self.shutdown.child_token();
             let range = KeyRange::new(&info.group, &info.plural, ranges.clone());
-            tokio::spawn(reflector::run(self.storage.clone(), cache.clone(), codec.clone(), range, rx, stop.clone()));
+            tokio::spawn(reflector::run(self.store(info).clone(), cache.clone(), codec.clone(), range, rx, stop.clone()));
             if info.custom.is_some() {
                 tracing::info!(group = %info.group, resource = %info.plural, "serving a custom resource");
             }
@@ -178,6 +183,11 @@ impl Shard {
         table.resources = catalog.resources.clone();
         table.revision = catalog.revision;
         *self.table.write().unwrap_or_else(|p| p.into_inner()) = table;
+    }
+
+    /// The store that holds `info`'s objects (its revisions are their resourceVersions).
+    pub fn store(&self, info: &ResourceInfo) -> &Storage {
+        self.stores.of(&info.group, &info.plural)
     }
 
     /// The served resources, in discovery order.

@@ -11,7 +11,7 @@ use shardplane_coordinator::range_map::RangeMap;
 use shardplane_keyspace::{placement_hash, HashRange};
 use shardplane_shard::shard::{EPOCH_HEADER, LIST_FRAMING_HEADER};
 use shardplane_storage::range_map::StoredShard;
-use shardplane_storage::Storage;
+use shardplane_storage::{Storage, Stores};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +20,8 @@ use std::time::Duration;
 /// back at a new address.
 pub struct Shards {
     table: std::sync::RwLock<RangeMap<ShardAddr>>,
-    storage: Storage,
+    /// The main store (the range map, membership) and each resource's (the storage contract).
+    stores: Stores,
     pub http: reqwest::Client,
     /// The served resources: the built-ins and every established CRD's (followed from etcd).
     pub catalog: shardplane_catalog::Follower,
@@ -66,7 +67,8 @@ const DESCRIBE_WITHIN: Duration = Duration::from_secs(60);
 impl Shards {
     /// Fronts the shards at `urls`: asks each who it is and what it caches, publishes the range
     /// map those answers make (a new epoch only if ownership changed) and routes by it.
-    pub async fn connect(storage: Storage, urls: Vec<String>, bookmark_interval: Duration) -> std::io::Result<Arc<Self>> {
+    pub async fn connect(stores: Stores, urls: Vec<String>, bookmark_interval: Duration) -> std::io::Result<Arc<Self>> {
+        let storage = stores.main();
         let http = reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?;
         let mut described = Vec::new();
         let mut history = HistoryBound { events: usize::MAX, window: Duration::MAX };
@@ -75,14 +77,14 @@ impl Shards {
             described.push(shard);
             history = HistoryBound { events: history.events.min(h.events), window: history.window.min(h.window) };
         }
-        let stored = map_store::publish(&storage, described).await.map_err(std::io::Error::other)?;
+        let stored = map_store::publish(storage, described).await.map_err(std::io::Error::other)?;
         let table = map_store::routing_table(&stored).map_err(std::io::Error::other)?;
         tracing::info!(epoch = table.epoch(), shards = stored.shards.len(), "range map published");
         // Followed for the process's life (a router's Shards live as long as it serves).
-        let catalog = shardplane_catalog::Follower::start(storage.clone(), tokio_util::sync::CancellationToken::new());
+        let catalog = shardplane_catalog::Follower::start(stores.of(shardplane_apimachinery::crd::GROUP, shardplane_apimachinery::crd::PLURAL).clone(), tokio_util::sync::CancellationToken::new());
         Ok(Arc::new(Self {
             table: std::sync::RwLock::new(table),
-            storage,
+            stores,
             http,
             catalog,
             bookmark_interval,
@@ -107,9 +109,9 @@ impl Shards {
         self.table.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The etcd the map is read from.
+    /// The etcd the map is read from (the main store).
     pub fn storage(&self) -> &Storage {
-        &self.storage
+        self.stores.main()
     }
 
     /// The range-map epoch this router routes by.
@@ -131,9 +133,9 @@ impl Shards {
     /// Shard `id` now serves at `url` (a restarted process on the same ranges): the map is
     /// republished with the new address under the same epoch.
     pub async fn set_url(&self, id: &str, url: String) -> Result<(), ApiError> {
-        let stored = map_store::load(&self.storage).await.map_err(map_unavailable)?.0;
+        let stored = map_store::load(self.storage()).await.map_err(map_unavailable)?.0;
         let shards = stored.shards.into_iter().map(|s| if s.id == id { StoredShard { url: url.clone(), ..s } } else { s }).collect();
-        let next = map_store::publish(&self.storage, shards).await.map_err(map_unavailable)?;
+        let next = map_store::publish(self.storage(), shards).await.map_err(map_unavailable)?;
         self.install(map_store::routing_table(&next).map_err(map_unavailable)?, next.cutover);
         Ok(())
     }
@@ -187,7 +189,7 @@ impl Shards {
 
     /// Reads the stored map again; true if it differs from the one in use.
     pub async fn refresh(&self) -> Result<bool, ApiError> {
-        let (stored, table) = map_store::load(&self.storage).await.map_err(map_unavailable)?;
+        let (stored, table) = map_store::load(self.storage()).await.map_err(map_unavailable)?;
         Ok(self.install(table, stored.cutover))
     }
 
@@ -296,10 +298,22 @@ impl Shards {
         Ok(resp)
     }
 
-    /// etcd's current revision, read from etcd itself (one round trip, not a hop through a
-    /// shard that reads it the same way).
-    pub async fn current_revision(&self) -> Result<u64, ApiError> {
-        self.storage.current_revision().await.map_err(|e| ApiError::unavailable(format!("etcd: {e}")))
+    /// The current revision of the store that holds `info`, read from it directly (one round
+    /// trip, not a hop through a shard that reads it the same way).
+    pub async fn current_revision(&self, info: &ResourceInfo) -> Result<u64, ApiError> {
+        self.stores.of(&info.group, &info.plural).current_revision().await.map_err(|e| ApiError::unavailable(format!("etcd: {e}")))
+    }
+
+    /// Where a merged watch of `resource` (group, plural) switches to a new map's shards, given
+    /// the map's cut-over revision `cutover` on the main store. A resource on a store of its own
+    /// counts in that store's revisions: the new owners loaded it before the map changed, so its
+    /// store's revision read now is one they hold it from (if it cannot be read, the main
+    /// store's cut-over stands, and a switch the new shards refuse ends the watch).
+    pub async fn cutover_in_store(&self, resource: &(String, String), cutover: u64) -> u64 {
+        if !self.stores.is_overridden(&resource.0, &resource.1) {
+            return cutover;
+        }
+        self.stores.of(&resource.0, &resource.1).current_revision().await.unwrap_or(cutover)
     }
 }
 

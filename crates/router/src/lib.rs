@@ -21,5 +21,5 @@ mod upstream;
 mod watch;
 
 pub use forward::Shards;
-pub use server::{serve, serve_shards, RouterConfig};
+pub use server::{connect_stores, serve, serve_shards, RouterConfig};
 pub mod topology;

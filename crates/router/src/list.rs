@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
 use shardplane_apimachinery::request_path::Target;
+use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::ApiError;
 use crate::list_stream::{EntrySplitter, Head};
 use bytes::{Bytes, BytesMut};
@@ -97,7 +98,7 @@ fn entry_key_in(s: &str) -> (String, String) {
 }
 
 /// The revision a LIST reads every shard at, and the key it resumes after.
-pub async fn revision_and_start(shards: &Shards, o: &ListOptions) -> Result<(u64, Option<(String, String)>), ApiError> {
+pub async fn revision_and_start(shards: &Shards, info: &ResourceInfo, o: &ListOptions) -> Result<(u64, Option<(String, String)>), ApiError> {
     if let Some(t) = &o.continue_token {
         if t.epoch.is_some_and(|e| e != shards.epoch()) {
             // The ranges moved since the first page: the pages are no longer one snapshot.
@@ -105,14 +106,14 @@ pub async fn revision_and_start(shards: &Shards, o: &ListOptions) -> Result<(u64
         }
         let rv = match t.rv {
             Some(rv) => rv,
-            None => shards.current_revision().await?,
+            None => shards.current_revision(info).await?,
         };
         return Ok((rv, Some(t.after.clone())));
     }
     let rv = match o.list_semantics() {
         ListSemantics::Exact(rv) => rv,
-        ListSemantics::NotOlderThan(rv) => rv.max(shards.current_revision().await?),
-        ListSemantics::MostRecent | ListSemantics::Any => shards.current_revision().await?,
+        ListSemantics::NotOlderThan(rv) => rv.max(shards.current_revision(info).await?),
+        ListSemantics::MostRecent | ListSemantics::Any => shards.current_revision(info).await?,
     };
     Ok((rv, None))
 }
@@ -307,7 +308,7 @@ pub fn target_path(t: &Target) -> String {
 
 /// A merged LIST.
 pub async fn list(shards: &Shards, t: &Target, o: &ListOptions, query: &str, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
-    let (rv, after) = revision_and_start(shards, o).await?;
+    let (rv, after) = revision_and_start(shards, &t.info, o).await?;
     if o.limit.is_none() && after.is_none() {
         // Unpaged: streamed through the merge, never held whole.
         return crate::list_stream::streamed_list(shards, &shard_request(t, query, rv, None, None), headers, rv).await;

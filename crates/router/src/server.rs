@@ -31,6 +31,9 @@ pub struct RouterConfig {
     pub etcd_endpoints: Vec<String>,
     /// Bookmarks to watch clients that allow them, this often.
     pub bookmark_interval: std::time::Duration,
+    /// Which resources are on an etcd of their own: the shards' contract, which this router
+    /// reads revisions by.
+    pub storage_contract: shardplane_storage::StorageContract,
 }
 
 /// Per-router state besides the shards: the in-flight bound on fan-out and the metrics.
@@ -40,13 +43,19 @@ struct Front {
     metrics: Metrics,
 }
 
+/// Connects to the main store at `endpoints` and to each store `contract` names.
+pub async fn connect_stores(endpoints: &[String], contract: &shardplane_storage::StorageContract) -> std::io::Result<shardplane_storage::Stores> {
+    let main = shardplane_storage::Storage::connect(endpoints).await.map_err(std::io::Error::other)?;
+    shardplane_storage::Stores::connect(main, endpoints, contract).await.map_err(std::io::Error::other)
+}
+
 /// Serves until `shutdown`; calls `on_listen` with the bound address.
 pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     if config.shard_urls.is_empty() {
         return Err(std::io::Error::other("no shards: pass --shard-urls"));
     }
-    let storage = shardplane_storage::Storage::connect(&config.etcd_endpoints).await.map_err(std::io::Error::other)?;
-    serve_shards(Shards::connect(storage, config.shard_urls, config.bookmark_interval).await?, config.listen, shutdown, on_listen).await
+    let stores = connect_stores(&config.etcd_endpoints, &config.storage_contract).await?;
+    serve_shards(Shards::connect(stores, config.shard_urls, config.bookmark_interval).await?, config.listen, shutdown, on_listen).await
 }
 
 /// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`.

@@ -23,6 +23,8 @@ pub struct ShardLaunch {
     pub etcd_endpoints: Vec<String>,
     /// Extra arguments for every shard (e.g. `--compaction-interval 10`).
     pub shard_args: Vec<String>,
+    /// The storage contract file every shard reads (`--storage-config`), and what it says.
+    pub storage_config: Option<(PathBuf, shardplane_storage::StorageContract)>,
 }
 
 /// Starts `k` shards and their supervisors; returns the router's view of them and the
@@ -35,8 +37,9 @@ pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shu
     }
     // The shards describe themselves; the map they make is published (a new epoch only if the
     // ranges changed owner since the last run) before the router serves.
-    let storage = shardplane_storage::Storage::connect(&launch.etcd_endpoints).await.map_err(std::io::Error::other)?;
-    let shards = Shards::connect(storage, started.iter().map(|(_, url)| url.clone()).collect(), bookmark_interval).await?;
+    let contract = launch.storage_config.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
+    let stores = crate::server::connect_stores(&launch.etcd_endpoints, &contract).await?;
+    let shards = Shards::connect(stores, started.iter().map(|(_, url)| url.clone()).collect(), bookmark_interval).await?;
     let pids = started.iter().map(|(c, _)| c.id().unwrap_or(0)).collect();
     let supervisors = started
         .into_iter()
@@ -53,6 +56,7 @@ async fn spawn_shard(launch: &ShardLaunch, i: usize, range: HashRange) -> std::i
         .arg("shard")
         .args(["--etcd-endpoints", &launch.etcd_endpoints.join(","), "--listen", "127.0.0.1:0", "--range", &range.to_string(), "--id", &shard_id(i)])
         .args(&launch.shard_args)
+        .args(launch.storage_config.iter().flat_map(|(path, _)| [std::ffi::OsStr::new("--storage-config"), path.as_os_str()]))
         .env(shardplane_shard::cli::EXIT_WITH_STDIN, "1")
         .stdin(Stdio::piped()) // held open by the Child; closes when this process dies
         .stdout(Stdio::piped())

@@ -64,6 +64,8 @@ pub struct UpstreamSpec {
     pub accept: Option<HeaderValue>,
     /// Where to ask a lagging shard for progress.
     pub progress_path: String,
+    /// The resource's group and plural: its store's revisions are the stream's RVs.
+    pub resource: (String, String),
 }
 
 enum Line {
@@ -302,14 +304,16 @@ impl Upstream {
                         return;
                     }
                     // Wait until every old shard has sent all it owned up to the cut-over.
-                    let target = epochs.borrow().cutover;
+                    let cutover = epochs.borrow().cutover;
+                    let target = self.shards.cutover_in_store(&self.spec.resource, cutover).await;
                     switching = Some(Switch { target, deadline: tokio::time::Instant::now() + SWITCH_WITHIN });
                 }
                 _ = out.closed() => return,
             }
             if let Some(sw) = &mut switching {
                 if epochs.has_changed().unwrap_or(false) {
-                    sw.target = sw.target.max(epochs.borrow().cutover);
+                    let cutover = epochs.borrow().cutover;
+                    sw.target = sw.target.max(self.shards.cutover_in_store(&self.spec.resource, cutover).await);
                 }
                 if self.merge.watermark() >= sw.target && self.merge.bookmark().is_some() {
                     if let Err(e) = self.switch(&mut epochs).await {

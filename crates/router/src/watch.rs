@@ -74,12 +74,13 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
         query: passed_query(query, &PER_CLIENT),
         accept: headers.get(header::ACCEPT).cloned(),
         progress_path: format!("/shardplane/v1/progress?group={}&resource={}", t.info.group, t.info.plural),
+        resource: (t.info.group.clone(), t.info.plural.clone()),
     };
     // Where the client's changes start, and the initial state (read at that one revision).
     let (start, initial): (u64, Option<Vec<Bytes>>) = match o.watch_start() {
         WatchStart::After(rv) => (rv, None),
         _ => {
-            let (rv, _) = revision_and_start(&shards, &ListOptions { continue_token: None, limit: None, ..o.clone() }).await?;
+            let (rv, _) = revision_and_start(&shards, &t.info, &ListOptions { continue_token: None, limit: None, ..o.clone() }).await?;
             let mut json_only = headers.clone();
             json_only.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
             let list_query = passed_query(query, &["sendInitialEvents", "timeoutSeconds", "progressBookmarks"]);

@@ -3,17 +3,20 @@
 //! Owns every conversation with etcd: create-if-absent, compare-and-swap updates and deletes on
 //! `mod_revision`, reads of one key, paged reads of a key range at one revision, range watches
 //! with previous values and in-band progress, the current revision, periodic compaction, the
-//! stored range map ([`range_map`]) and membership on leases ([`members`]).
+//! stored range map ([`range_map`]), membership on leases ([`members`]) and which etcd holds
+//! which resource ([`contract`]).
 //!
 //! It must never interpret object bytes or know about HTTP: values go in and come out as bytes,
 //! and revisions are etcd's own. The key layout lives in `shardplane-keyspace`.
 
 mod compaction;
+pub mod contract;
 pub mod members;
 pub mod range_map;
 mod watch;
 
 pub use compaction::run_compactor;
+pub use contract::{StorageContract, Stores};
 pub use watch::{ProgressRequester, RangeWatch, RangeWatchStream, WatchEvent, WatchItem};
 
 use bytes::Bytes;

@@ -55,6 +55,7 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         max_mutating_inflight: 200,
         member_ttl: Duration::from_secs(10),
         standalone: false,
+        storage_contract: Default::default(),
     }
 }
 
@@ -74,7 +75,7 @@ impl TestShard {
         for r in shardplane_keyspace::HashRange::split_even(k) {
             behind.push(Self::start_one(ShardConfig { ranges: RangeSet::from_disjoint(vec![r]).unwrap(), id: format!("{}-{r}", config.id), ..config.clone() }).await);
         }
-        let mut s = Self::start_router(&config.etcd_endpoints, behind.iter().map(|s| s.url.clone()).collect(), config.bookmark_interval).await;
+        let mut s = Self::start_router_with(&config.etcd_endpoints, behind.iter().map(|s| s.url.clone()).collect(), config.bookmark_interval, config.storage_contract.clone()).await;
         s.behind = behind;
         wait_for(Duration::from_secs(20), || async { client().get(format!("{}/readyz", s.url)).send().await.is_ok_and(|r| r.status() == 200) }).await;
         s
@@ -83,9 +84,14 @@ impl TestShard {
     /// A router served in-process in front of `shard_urls` (it publishes their range map to
     /// etcd); it stops when the handle is dropped. Does not wait for the shards' caches.
     pub async fn start_router(etcd_endpoints: &[String], shard_urls: Vec<String>, bookmark_interval: Duration) -> Self {
+        Self::start_router_with(etcd_endpoints, shard_urls, bookmark_interval, Default::default()).await
+    }
+
+    /// A router as [`TestShard::start_router`] starts one, reading revisions by `storage_contract`.
+    pub async fn start_router_with(etcd_endpoints: &[String], shard_urls: Vec<String>, bookmark_interval: Duration, storage_contract: shardplane_storage::StorageContract) -> Self {
         let shutdown = CancellationToken::new();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls, etcd_endpoints: etcd_endpoints.to_vec(), bookmark_interval };
+        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls, etcd_endpoints: etcd_endpoints.to_vec(), bookmark_interval, storage_contract };
         let token = shutdown.clone();
         tokio::spawn(async move {
             shardplane_router::serve(rc, token, move |a| {

@@ -43,6 +43,11 @@ struct Args {
     /// Where to write a kubeconfig for this endpoint.
     #[arg(long, default_value = ".shardplane/kubeconfig")]
     kubeconfig: PathBuf,
+    /// A storage contract (JSON): resources on an etcd of their own, each with its endpoints
+    /// (RFC 0008). The shards this router starts read the same file; shards it fronts
+    /// (`--shard-urls`) must be given it too.
+    #[arg(long)]
+    storage_config: Option<PathBuf>,
 }
 
 // jemalloc: its heap statistics are each shard's `shardplane_heap_allocated_bytes`.
@@ -77,6 +82,13 @@ async fn start_embedded_store(dir: &std::path::Path, listen: &str, stop: tokio_u
 
 async fn run(mut args: Args) -> std::process::ExitCode {
     let shutdown = shardplane_shard::cli::shutdown_on_signal();
+    let contract = match args.storage_config.as_deref().map(shardplane_storage::StorageContract::load).transpose() {
+        Ok(c) => c.unwrap_or_default(),
+        Err(e) => {
+            eprintln!("shard-router: --storage-config {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     if args.etcd_endpoints.is_empty() {
         if !args.shard_urls.is_empty() {
             eprintln!("shard-router: --shard-urls needs --etcd-endpoints: the shards it fronts must use the same etcd");
@@ -99,7 +111,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shards must be at least 1");
             return std::process::ExitCode::from(2);
         }
-        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: vec!["--compaction-interval".into(), args.compaction_interval.to_string()] };
+        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: vec!["--compaction-interval".into(), args.compaction_interval.to_string()], storage_config: args.storage_config.clone().map(|p| (p, contract.clone())) };
         match topology::start(launch, args.shard_count, std::time::Duration::from_secs(args.bookmark_interval.max(1)), shutdown.clone()).await {
             Ok((s, sup, pids)) => {
                 supervisors = sup;
@@ -114,8 +126,8 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             }
         }
     } else {
-        let connected = match shardplane_storage::Storage::connect(&args.etcd_endpoints).await {
-            Ok(storage) => Shards::connect(storage, args.shard_urls.clone(), std::time::Duration::from_secs(args.bookmark_interval.max(1))).await,
+        let connected = match shardplane_router::connect_stores(&args.etcd_endpoints, &contract).await {
+            Ok(stores) => Shards::connect(stores, args.shard_urls.clone(), std::time::Duration::from_secs(args.bookmark_interval.max(1))).await,
             Err(e) => Err(std::io::Error::other(format!("etcd: {e}"))),
         };
         match connected {
