@@ -60,7 +60,9 @@ class Watcher:
         thread, so the watch starts at the RV of a LIST taken now instead: nothing after it can
         be missed, however late the stream connects."""
         selectors = {k: v for k, v in kwargs.items() if k in ("label_selector", "field_selector")}
-        rv = list_fn(*args, **selectors).metadata.resource_version
+        listed = list_fn(*args, **selectors)
+        # A typed client answers a model; CustomObjectsApi answers a dict.
+        rv = listed["metadata"]["resourceVersion"] if isinstance(listed, dict) else listed.metadata.resource_version
         return cls(list_fn, *args, resource_version=rv, **kwargs)
 
     def next(self, within=EVENT_WITHIN):
