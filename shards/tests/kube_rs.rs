@@ -1,5 +1,6 @@
 //! kube-rs, an independent client, against a shard on real etcd: its `watcher` (list-then-watch
-//! and streaming lists) and `reflector` observe exactly the writes made, in order.
+//! and streaming lists, of built-in and of custom objects) and `reflector` observe exactly the
+//! writes made, in order.
 
 mod common;
 
@@ -151,4 +152,79 @@ async fn metadata_api_reads_writes_and_watches_partial_object_metadata() {
         }
     }
     assert_eq!(seen, ["m0", "m1"]);
+}
+
+/// kube-rs's `watcher` over a custom resource (the AgentSession CRD, created with kube-rs and
+/// awaited with its `is_crd_established` condition), through `DynamicObject`: by list-then-watch
+/// and by streaming list, it sees every create, spec patch, status patch and delete, in order,
+/// with the RVs the writes answered.
+#[tokio::test]
+async fn watcher_sees_every_write_to_custom_objects_in_order() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let (_etcd, _shard, api) = setup().await;
+    let client = api.into_client();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "agentsessions.agents.shardplane.dev"},
+        "spec": {"group": "agents.shardplane.dev", "scope": "Namespaced",
+            "names": {"plural": "agentsessions", "singular": "agentsession", "kind": "AgentSession"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {"agent": {"type": "string"}, "phase": {"type": "string", "enum": ["Running", "Suspended", "Completed"]}}},
+                    "status": {"type": "object", "properties": {"steps": {"type": "integer"}}}}}}}]}
+    }))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let established = kube::runtime::wait::await_condition(crds, "agentsessions.agents.shardplane.dev", kube::runtime::wait::conditions::is_crd_established());
+    tokio::time::timeout(Duration::from_secs(20), established).await.expect("established in time").unwrap();
+    let resource = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("agents.shardplane.dev", "v1", "AgentSession"), "agentsessions");
+    let sessions: Api<DynamicObject> = Api::namespaced_with(client, "kw", &resource);
+
+    for (round, config) in [("list", watcher::Config::default()), ("stream", watcher::Config::default().streaming_lists())] {
+        let stream = watcher::watcher(sessions.clone(), config);
+        tokio::pin!(stream);
+        loop {
+            match tokio::time::timeout(Duration::from_secs(20), stream.try_next()).await.expect("init in time").unwrap() {
+                Some(Event::InitDone) => break,
+                Some(_) => {}
+                None => panic!("stream ended"),
+            }
+        }
+        let writer = tokio::spawn({
+            let sessions = sessions.clone();
+            let resource = resource.clone();
+            async move {
+                let mut want = Vec::new();
+                let rv = |o: DynamicObject| o.metadata.resource_version.unwrap();
+                for i in 0..4 {
+                    let mut o = DynamicObject::new(&format!("{round}{i}"), &resource);
+                    o.data = json!({"spec": {"agent": "coder", "phase": "Running"}});
+                    want.push(("apply", format!("{round}{i}"), rv(sessions.create(&PostParams::default(), &o).await.unwrap())));
+                }
+                let suspended = sessions.patch(&format!("{round}0"), &PatchParams::default(), &Patch::Merge(json!({"spec": {"phase": "Suspended"}}))).await.unwrap();
+                assert_eq!(suspended.data["spec"]["phase"], "Suspended");
+                want.push(("apply", format!("{round}0"), rv(suspended)));
+                let stepped = sessions.patch_status(&format!("{round}1"), &PatchParams::default(), &Patch::Merge(json!({"status": {"steps": 3}}))).await.unwrap();
+                assert_eq!(stepped.data["status"]["steps"], 3);
+                want.push(("apply", format!("{round}1"), rv(stepped)));
+                for i in [2, 3] {
+                    sessions.delete(&format!("{round}{i}"), &DeleteParams::default()).await.unwrap();
+                    want.push(("delete", format!("{round}{i}"), String::new()));
+                }
+                want
+            }
+        });
+        let mut got = Vec::new();
+        while got.len() < 8 {
+            match tokio::time::timeout(Duration::from_secs(20), stream.try_next()).await.expect("event in time").unwrap() {
+                Some(Event::Apply(o)) => got.push(("apply", o.metadata.name.unwrap(), o.metadata.resource_version.unwrap())),
+                Some(Event::Delete(o)) => got.push(("delete", o.metadata.name.unwrap(), String::new())),
+                Some(other) => panic!("unexpected {other:?}"),
+                None => panic!("stream ended"),
+            }
+        }
+        assert_eq!(got, writer.await.unwrap(), "{round}");
+    }
 }
