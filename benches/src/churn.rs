@@ -1,6 +1,6 @@
-//! churn: agent-session objects created, suspended, resumed and deleted at a target rate while
-//! 50 watchers follow them through the router. Sessions are ConfigMaps until custom resources
-//! land (issue #8); suspend and resume are merge patches of `data.phase`.
+//! churn: AgentSessions (the custom resource of `deploy/examples/agent-sessions/`) created,
+//! suspended, resumed and deleted at a target rate while 50 watchers follow them through the
+//! router; suspend and resume are merge patches of `spec.phase`.
 
 use crate::Ctx;
 use crate::cluster::{Topology, cpu_seconds, http};
@@ -13,18 +13,33 @@ use std::time::{Duration, Instant};
 const NS: &str = "sessions";
 const WATCHERS: usize = 50;
 const STEPS: [&str; 4] = ["create", "suspend", "resume", "delete"];
+const GROUP: &str = "agents.shardplane.dev";
+/// The example CRD, as a user applies it.
+const CRD_YAML: &str = include_str!("../../deploy/examples/agent-sessions/crd.yaml");
+
+/// Creates the AgentSession CRD and waits until its sessions are served through the router.
+async fn create_crd(c: &reqwest::Client, url: &str) {
+    let crd: serde_json::Value = serde_saphyr::from_str(CRD_YAML).expect("the example CRD is YAML");
+    let r = c.post(format!("{url}/apis/apiextensions.k8s.io/v1/customresourcedefinitions")).json(&crd).send().await.expect("create the CRD");
+    assert!(r.status().is_success(), "create the CRD: {}", r.status());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.get(format!("{url}/apis/{GROUP}/v1/namespaces/{NS}/agentsessions")).send().await.is_ok_and(|r| r.status().is_success()) {
+        assert!(Instant::now() < deadline, "AgentSessions not served within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 /// One session's life; returns each step's latency in ms.
 async fn session(c: reqwest::Client, base: String, i: usize) -> [f64; 4] {
     let name = format!("session-{i:07}");
     let mut out = [0.0; 4];
-    let patch = |phase: &str| json!({"data": {"phase": phase}}).to_string();
+    let patch = |phase: &str| json!({"spec": {"phase": phase}}).to_string();
     for (step, slot) in out.iter_mut().enumerate() {
         let t = Instant::now();
         let r = match step {
             0 => {
                 c.post(&base)
-                    .json(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"agent": format!("agent-{}", i % 20)}}, "data": {"phase": "Running", "model": "m-large", "agent": format!("agent-{}", i % 20)}}))
+                    .json(&json!({"apiVersion": format!("{GROUP}/v1"), "kind": "AgentSession", "metadata": {"name": name, "labels": {"agent": format!("agent-{}", i % 20)}}, "spec": {"phase": "Running", "model": "m-large", "agent": format!("agent-{}", i % 20), "context": {"ticket": i}}}))
                     .send()
                     .await
             }
@@ -74,8 +89,9 @@ pub async fn run(ctx: &Ctx) -> Section {
     let c = http();
     let r = c.post(format!("{}/api/v1/namespaces", t.url)).json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).send().await.expect("namespace");
     assert!(r.status().is_success());
+    create_crd(&c, &t.url).await;
     let rv = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.expect("etcd").current_revision().await.expect("rv");
-    let base = format!("{}/api/v1/namespaces/{NS}/configmaps", t.url);
+    let base = format!("{}/apis/{GROUP}/v1/namespaces/{NS}/agentsessions", t.url);
     // Watchers: each must see 4 events per session.
     let want = total * 4;
     let deadline = Instant::now() + Duration::from_secs(seconds as u64 + 120);
@@ -133,7 +149,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     t.stop().await;
 
     let mut s = Section::new("churn");
-    s.line(format!("{total} agent sessions (ConfigMaps until custom resources land) at {per_second}/s ({} per minute) for {seconds} s, each created, suspended, resumed and deleted through the router over {k} shards, while {WATCHERS} watchers follow the namespace through the router.\n", per_second * 60));
+    s.line(format!("{total} AgentSessions (the custom resource of `deploy/examples/agent-sessions/`) at {per_second}/s ({} per minute) for {seconds} s, each created, suspended, resumed and deleted through the router over {k} shards, while {WATCHERS} watchers follow the namespace through the router.\n", per_second * 60));
     let rows: Vec<Vec<String>> = STEPS.iter().zip(lat.iter_mut()).map(|(step, v)| vec![(*step).to_owned(), format!("{:.1}", percentile(v, 0.5)), format!("{:.1}", percentile(v, 0.99))]).collect();
     s.table(&["transition", "p50 ms", "p99 ms"], &rows);
     let writes: u64 = mix.values().sum();
