@@ -4,6 +4,8 @@
 //! OpenAPI, pruning against its schema, type errors as 422, name conflicts refused, printer
 //! columns, kubectl applying, listing and deleting custom objects, and CRD deletion.
 
+#![recursion_limit = "256"]
+
 mod common;
 
 use common::*;
@@ -33,6 +35,10 @@ fn agent_session_crd() -> Value {
                         "agent": {"type": "string"}, "model": {"type": "string", "default": "small"}, "replicas": {"type": "integer", "minimum": 0, "maximum": 10},
                         "phase": {"type": "string", "enum": ["Running", "Suspended", "Completed"]},
                         "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "deadline": {"type": "string", "format": "date-time"},
+                        "tools": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                        "mounts": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["path"],
+                                   "items": {"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}, "readOnly": {"type": "boolean"}}}},
                         "limits": {"type": "object"}
                     }},
                     "status": {"type": "object", "properties": {"phase": {"type": "string"}, "replicas": {"type": "integer"}, "selector": {"type": "string"}}}
@@ -111,6 +117,14 @@ async fn a_crd_is_established_and_its_objects_served_pruned_and_watched() {
     assert_eq!(code, 422, "{bad}");
     let causes: Vec<(&str, &str)> = bad["details"]["causes"].as_array().unwrap().iter().map(|c| (c["field"].as_str().unwrap(), c["reason"].as_str().unwrap())).collect();
     assert_eq!(causes, [("spec.agent", "FieldValueRequired"), ("spec.phase", "FieldValueNotSupported"), ("spec.replicas", "FieldValueInvalid")], "{bad}");
+    // Formats, and the uniqueness of set and map lists.
+    let (code, bad) = s.post(&base, &session("fifth", json!({"agent": "a", "deadline": "tomorrow", "tools": ["git", "git"], "mounts": [{"path": "/w"}, {"path": "/w", "readOnly": true}]}))).await;
+    assert_eq!(code, 422, "{bad}");
+    let causes: Vec<(&str, &str)> = bad["details"]["causes"].as_array().unwrap().iter().map(|c| (c["field"].as_str().unwrap(), c["reason"].as_str().unwrap())).collect();
+    assert_eq!(causes, [("spec.deadline", "FieldValueInvalid"), ("spec.mounts[1]", "FieldValueDuplicate"), ("spec.tools[1]", "FieldValueDuplicate")], "{bad}");
+    assert!(bad["message"].as_str().unwrap().contains("spec.deadline in body must be of type date-time: \"tomorrow\""), "{bad}");
+    let (code, fine) = s.post(&base, &session("sixth", json!({"agent": "a", "deadline": "2026-12-01T09:00:00Z", "tools": ["git", "make"], "mounts": [{"path": "/w"}, {"path": "/x"}]}))).await;
+    assert_eq!(code, 201, "{fine}");
     let (code, strict) = s.post(&format!("{base}?fieldValidation=Strict"), &session("third", json!({"bogus": 1}))).await;
     assert_eq!(code, 400, "{strict}");
     assert!(strict["message"].as_str().unwrap().contains("unknown field \"spec.bogus\""), "{strict}");

@@ -16,6 +16,7 @@ pub mod continue_token;
 pub mod crd;
 pub mod defaults;
 pub mod encode;
+pub mod formats;
 pub mod kind_rules;
 pub mod list_options;
 pub mod meta;

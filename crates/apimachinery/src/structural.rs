@@ -1,8 +1,9 @@
 //! The value rules of a custom resource's structural schema, applied to an object being written
 //! after pruning ([`crate::openapi::drop_unknown_fields`]): nulls of non-nullable fields
-//! dropped, `default`s filled in (on every read from storage too), then `required`, `enum`, numeric bounds, string lengths and
-//! `pattern`, and item counts checked, each failure a Status cause with upstream's field path
-//! and message.
+//! dropped, `default`s filled in (on every read from storage too), then `required`, `enum`,
+//! numeric bounds, string lengths, `pattern` and `format` ([`crate::formats`]), item counts and
+//! `x-kubernetes-list-type` uniqueness checked, each failure a Status cause with upstream's
+//! field path and message.
 //!
 //! Written here rather than with a JSON Schema crate: the rules are OpenAPI v3's subset that
 //! Kubernetes allows in a CRD, the causes must carry upstream's paths (`spec.items[0].name`) and
@@ -92,6 +93,7 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<StatusCause>) {
                     check(is, x, &format!("{path}[{i}]"), causes);
                 }
             }
+            check_list_type(schema, items, path, causes);
         }
         Value::String(s) => {
             let len = s.chars().count() as f64;
@@ -105,6 +107,11 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<StatusCause>) {
                 && regex::Regex::new(p).is_ok_and(|re| !re.is_match(s))
             {
                 causes.push(cause("FieldValueInvalid", path, format!("Invalid value: {v}: {path} in body should match '{p}'")));
+            }
+            if let Some(f) = schema.get("format").and_then(Value::as_str)
+                && !crate::formats::matches(f, s)
+            {
+                causes.push(cause("FieldValueInvalid", path, format!("Invalid value: {v}: {path} in body must be of type {f}: {v}")));
             }
         }
         Value::Number(x) => {
@@ -123,6 +130,46 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<StatusCause>) {
             }
         }
         _ => {}
+    }
+}
+
+/// `x-kubernetes-list-type`: a `set`'s items, and a `map`'s items' `x-kubernetes-list-map-keys`,
+/// must be unique; each repeat is a `Duplicate value` at its index, as upstream words it.
+fn check_list_type(schema: &Value, items: &[Value], path: &str, causes: &mut Vec<StatusCause>) {
+    let key_of = |x: &Value| -> Option<Value> {
+        match schema.get("x-kubernetes-list-type").and_then(Value::as_str)? {
+            "set" => Some(x.clone()),
+            "map" => {
+                let keys = schema.get("x-kubernetes-list-map-keys").and_then(Value::as_array)?;
+                let fields: serde_json::Map<String, Value> = keys.iter().filter_map(Value::as_str).filter_map(|k| Some((k.to_owned(), x.get(k)?.clone()))).collect();
+                Some(Value::Object(fields))
+            }
+            _ => None,
+        }
+    };
+    let mut seen: Vec<Value> = Vec::new();
+    for (i, x) in items.iter().enumerate() {
+        let Some(key) = key_of(x) else { return };
+        if seen.contains(&key) {
+            causes.push(cause("FieldValueDuplicate", &format!("{path}[{i}]"), format!("Duplicate value: {}", go_value(&key))));
+        } else {
+            seen.push(key);
+        }
+    }
+}
+
+/// A value as Go's `%#v` prints the unstructured value upstream reports (a map's keys sorted).
+fn go_value(v: &Value) -> String {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys.into_iter().map(|k| format!("{k:?}:{}", go_value(&m[k]))).collect();
+            format!("map[string]interface {{}}{{{}}}", fields.join(", "))
+        }
+        Value::Array(a) => format!("[]interface {{}}{{{}}}", a.iter().map(go_value).collect::<Vec<_>>().join(", ")),
+        Value::Null => "interface {}(nil)".to_owned(),
+        other => other.to_string(),
     }
 }
 
@@ -185,6 +232,29 @@ mod tests {
         );
         let (_, causes) = run(json!({"agent": "Planner9"}));
         assert_eq!(causes, [("spec.agent".to_owned(), "Invalid value: \"Planner9\": spec.agent in body should match '^[a-z]+$'".to_owned())]);
+    }
+
+    #[test]
+    fn formats_and_list_types_are_checked() {
+        let schema = json!({"type": "object", "properties": {
+            "at": {"type": "string", "format": "date-time"},
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["protocol", "containerPort"],
+                      "items": {"type": "object", "properties": {"containerPort": {"type": "integer"}, "protocol": {"type": "string"}, "name": {"type": "string"}}}}
+        }});
+        let obj = json!({"at": "noon", "tags": ["a", "b", "a"], "ports": [
+            {"containerPort": 80, "protocol": "TCP", "name": "x"}, {"containerPort": 80, "protocol": "UDP"}, {"containerPort": 80, "protocol": "TCP", "name": "y"}]});
+        let mut causes = Vec::new();
+        check(&schema, &obj, "spec", &mut causes);
+        let got: Vec<(String, String, String)> = causes.into_iter().map(|c| (c.reason, c.field, c.message)).collect();
+        assert_eq!(got, [
+            ("FieldValueInvalid".to_owned(), "spec.at".to_owned(), "Invalid value: \"noon\": spec.at in body must be of type date-time: \"noon\"".to_owned()),
+            ("FieldValueDuplicate".to_owned(), "spec.ports[2]".to_owned(), "Duplicate value: map[string]interface {}{\"containerPort\":80, \"protocol\":\"TCP\"}".to_owned()),
+            ("FieldValueDuplicate".to_owned(), "spec.tags[2]".to_owned(), "Duplicate value: \"a\"".to_owned()),
+        ]);
+        let mut causes = Vec::new();
+        check(&schema, &json!({"at": "2026-11-30T15:04:05Z", "tags": ["a", "b"], "ports": [{"containerPort": 80, "protocol": "TCP"}, {"containerPort": 443, "protocol": "TCP"}]}), "spec", &mut causes);
+        assert!(causes.is_empty(), "{causes:?}");
     }
 
     #[test]
