@@ -128,5 +128,15 @@ def test_explain(k):
 
 def test_server_side_apply(k):
     k.run("apply", "--server-side", "-n", k.ns, "-f", "-", stdin="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ssa}\ndata: {a: b}\n")
-    cm = k.json("get", "configmap", "ssa", "-n", k.ns)
+    cm = k.json("get", "configmap", "ssa", "-n", k.ns, "--show-managed-fields")
     assert cm["data"] == {"a": "b"} and cm["metadata"]["managedFields"][0]["manager"] == "kubectl"
+    # Re-applied without a: the server removes what the manager no longer sets.
+    k.run("apply", "--server-side", "-n", k.ns, "-f", "-", stdin="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ssa}\ndata: {c: d}\n")
+    assert k.json("get", "configmap", "ssa", "-n", k.ns)["data"] == {"c": "d"}
+    # Another manager changing c conflicts, unless it forces.
+    rival = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ssa}\ndata: {c: e}\n"
+    out = k.run("apply", "--server-side", "--field-manager=rival", "-n", k.ns, "-f", "-", stdin=rival, check=False)
+    assert out.returncode != 0 and 'conflict with "kubectl"' in out.stderr, out.stderr
+    k.run("apply", "--server-side", "--field-manager=rival", "--force-conflicts", "-n", k.ns, "-f", "-", stdin=rival)
+    cm = k.json("get", "configmap", "ssa", "-n", k.ns, "--show-managed-fields")
+    assert cm["data"] == {"c": "e"} and sorted(m["manager"] for m in cm["metadata"]["managedFields"]) == ["kubectl", "rival"]

@@ -25,7 +25,7 @@ use std::time::Duration;
 /// How long a read waits for the cache to reach a revision (upstream's blockTimeout).
 pub const WAIT: Duration = Duration::from_secs(3);
 
-type Reply = Result<Response<Body>, ApiError>;
+pub(crate) type Reply = Result<Response<Body>, ApiError>;
 
 /// How a read is rendered: plain JSON or a Table, and what Table rows carry.
 #[derive(Clone, Copy, Debug)]
@@ -318,8 +318,15 @@ pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str,
     let info = &t.info;
     let mut obj = body::decode_object(headers, raw)?;
     body::check_type(info, &mut obj)?;
-    let dry = dry_run(query)?;
     let unknown = validate_fields(info, query, &mut obj, raw)?;
+    insert(shard, t, headers, query, obj, &unknown).await
+}
+
+/// Creates `obj` (decoded, typed and its fields validated; `unknown` are the warnings to send):
+/// namespace and name rules, admission, then a create-if-absent in etcd.
+pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, mut obj: Value, unknown: &[String]) -> Reply {
+    let info = &t.info;
+    let dry = dry_run(query)?;
     let path_ns = t.namespace.clone().unwrap_or_default();
     if info.namespaced {
         let body_ns = meta::meta_str(&obj, "namespace").to_owned();
@@ -354,16 +361,16 @@ pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str,
     meta::prepare_for_create(info, &mut obj);
     crate::crds::admit(shard, info, &mut obj, Subresource::Main).await;
     if dry {
-        return respond_warning(StatusCode::CREATED, &mut obj, None, &unknown);
+        return respond_warning(StatusCode::CREATED, &mut obj, None, unknown);
     }
     match shard.store(info).create(&key, stored_bytes(&obj)).await {
-        Ok(rev) => respond_warning(StatusCode::CREATED, &mut obj, Some(rev), &unknown),
+        Ok(rev) => respond_warning(StatusCode::CREATED, &mut obj, Some(rev), unknown),
         Err(StorageError::AlreadyExists) => Err(ApiError::already_exists(&info.group, &info.plural, &name)),
         Err(e) => Err(storage_err(e)),
     }
 }
 
-fn subresource(t: &Target) -> Result<Subresource, ApiError> {
+pub(crate) fn subresource(t: &Target) -> Result<Subresource, ApiError> {
     match t.subresource.as_deref() {
         None => Ok(Subresource::Main),
         Some("status") if t.info.has_status => Ok(Subresource::Status),
@@ -375,7 +382,7 @@ fn subresource(t: &Target) -> Result<Subresource, ApiError> {
 /// Writes `new` over the stored `kv` (CAS), deleting instead when a finalized object lost its
 /// last finalizer. Returns the response or `None` when the CAS lost and the caller may retry.
 #[allow(clippy::too_many_arguments)]
-async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old: &Value, mut new: Value, dry: bool, unknown: &[String]) -> Result<Option<Response<Body>>, ApiError> {
+pub(crate) async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old: &Value, mut new: Value, dry: bool, unknown: &[String]) -> Result<Option<Response<Body>>, ApiError> {
     let name = meta::meta_str(&new, "name").to_owned();
     let mut causes = meta::validate_object(info, &new);
     causes.extend(shardplane_apimachinery::kind_rules::validate_update(info, old, &new));
@@ -397,7 +404,7 @@ async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old
 
 /// A write first tried on the cached object, then, if it failed for any reason, from etcd (a
 /// dry run, which proves nothing by a CAS, reads etcd only).
-async fn cache_first<'a, F, Fut>(query: &str, write: F) -> Reply
+pub(crate) async fn cache_first<'a, F, Fut>(query: &str, write: F) -> Reply
 where
     F: Fn(Source) -> Fut,
     Fut: std::future::Future<Output = Reply> + 'a,
@@ -478,11 +485,14 @@ async fn patch_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
     let dry = dry_run(query)?;
     let ct = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let ty = PatchType::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
-    if ty == PatchType::Apply {
-        return Err(ApiError::unsupported_media_type(ct));
-    }
     if raw.len() > body::MAX_BODY {
         return Err(ApiError::too_large(body::MAX_BODY));
+    }
+    if ty == PatchType::Apply {
+        if ct.starts_with("application/apply-patch+cbor") {
+            return Err(ApiError::unsupported_media_type(ct));
+        }
+        return crate::apply::apply(shard, t, name, headers, query, raw, source).await;
     }
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(info, &ns, name)?;

@@ -8,6 +8,7 @@
 //! router acts on), never answer a read from a cache that has not reached the requested revision,
 //! and never write to etcd except by compare-and-swap on the object's own key.
 
+mod apply;
 pub mod body;
 pub mod cli;
 pub mod crds;

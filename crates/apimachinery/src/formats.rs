@@ -92,7 +92,7 @@ fn isbn10(s: &str) -> bool {
         return false;
     }
     let sum: u32 = d.iter().enumerate().map(|(i, c)| (10 - i as u32) * c.to_digit(10).unwrap_or(10)).sum();
-    sum % 11 == 0
+    sum.is_multiple_of(11)
 }
 
 fn isbn13(s: &str) -> bool {
@@ -101,7 +101,7 @@ fn isbn13(s: &str) -> bool {
         return false;
     }
     let sum: u32 = d.iter().enumerate().map(|(i, c)| c.to_digit(10).unwrap_or(0) * if i % 2 == 0 { 1 } else { 3 }).sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 fn luhn(s: &str) -> bool {
@@ -113,7 +113,7 @@ fn luhn(s: &str) -> bool {
         let n = c.to_digit(10).unwrap_or(0);
         if i % 2 == 1 { if n * 2 > 9 { n * 2 - 9 } else { n * 2 } } else { n }
     }).sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 #[cfg(test)]

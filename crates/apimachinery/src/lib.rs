@@ -12,6 +12,7 @@
 //! It must never do I/O or hold state: it turns requests into validated values and objects into
 //! objects, so the shard, the router and the conformance suite all agree on one reading of the API.
 
+pub mod apply;
 pub mod continue_token;
 pub mod crd;
 pub mod defaults;

@@ -271,6 +271,20 @@ impl FieldValidation {
 
 const QUANTITY: &str = "io.k8s.apimachinery.pkg.api.resource.Quantity";
 
+/// `s` with its `$ref` (or single `allOf` ref) followed into the bundled schemas.
+pub fn resolved(s: &Value) -> &Value {
+    resolve(s).0
+}
+
+/// The schema objects of `info` are checked against: its CRD's (see [`custom_schema`]) or the
+/// bundled built-in one.
+pub fn object_schema(info: &ResourceInfo) -> Option<std::borrow::Cow<'static, Value>> {
+    match custom_schema(info) {
+        Some((_, s)) => Some(std::borrow::Cow::Owned(s)),
+        None => schema_name(&info.group, &info.version, &info.kind).map(|n| std::borrow::Cow::Borrowed(&SCHEMAS[n])),
+    }
+}
+
 /// Follows a `$ref` (or a single `allOf` ref); returns the schema and its name when it had one.
 fn resolve(s: &Value) -> (&Value, Option<&'static str>) {
     let target = s.get("$ref").or_else(|| s.get("allOf").and_then(|a| a.get(0)).and_then(|x| x.get("$ref")));
@@ -445,6 +459,17 @@ pub fn duplicate_fields(json: &[u8]) -> Vec<String> {
 /// dropped. Those, and the `duplicates` found in the body, are refused with `Strict` and returned
 /// as warning texts (`unknown field "…"`, `duplicate field "…"`) with `Warn`.
 pub fn drop_unknown_fields(info: &ResourceInfo, obj: &mut Value, mode: FieldValidation, duplicates: &[String]) -> Result<Vec<String>, ApiError> {
+    let unknown = prune(info, obj)?;
+    let problems: Vec<String> = unknown.iter().map(|u| format!("unknown field {u:?}")).chain(duplicates.iter().map(|d| format!("duplicate field {d:?}"))).collect();
+    if mode == FieldValidation::Strict && !problems.is_empty() {
+        return Err(ApiError::bad_request(format!("strict decoding error: {}", problems.join(", "))));
+    }
+    Ok(if mode == FieldValidation::Warn { problems } else { vec![] })
+}
+
+/// Drops the fields of `obj` its schema does not know and returns their paths (`spec.bogus`); a
+/// value of the wrong type is an error, as [`drop_unknown_fields`] says.
+pub fn prune(info: &ResourceInfo, obj: &mut Value) -> Result<Vec<String>, ApiError> {
     let mut found = Findings::default();
     if let Some((_, schema)) = custom_schema(info) {
         found.custom = true;
@@ -467,11 +492,7 @@ pub fn drop_unknown_fields(info: &ResourceInfo, obj: &mut Value, mode: FieldVali
             version = info.version
         )));
     }
-    let problems: Vec<String> = found.unknown.iter().map(|u| format!("unknown field {u:?}")).chain(duplicates.iter().map(|d| format!("duplicate field {d:?}"))).collect();
-    if mode == FieldValidation::Strict && !problems.is_empty() {
-        return Err(ApiError::bad_request(format!("strict decoding error: {}", problems.join(", "))));
-    }
-    Ok(if mode == FieldValidation::Warn { problems } else { vec![] })
+    Ok(found.unknown)
 }
 
 #[cfg(test)]

@@ -147,6 +147,12 @@ impl ApiError {
         Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {} \"{name}\": {why}", qualified(group, resource))).with_details(named(group, resource, name))
     }
 
+    /// 409 Conflict of a server-side apply: one `FieldManagerConflict` cause per field another
+    /// manager owns.
+    pub fn apply_conflict(message: impl Into<String>, causes: Vec<StatusCause>) -> Self {
+        Self::new(409, "Conflict", message).with_details(StatusDetails { causes, ..Default::default() })
+    }
+
     /// 403 Forbidden (e.g. creating in a terminating namespace).
     pub fn forbidden(group: &str, resource: &str, name: &str, why: &str) -> Self {
         Self::new(403, "Forbidden", format!("{} \"{name}\" is forbidden: {why}", qualified(group, resource))).with_details(named(group, resource, name))
