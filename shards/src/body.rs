@@ -71,6 +71,16 @@ pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> 
 
 /// Serializes a list response from cached bytes without re-encoding the items; with `lines`,
 /// each item on a line of its own (cached bytes are compact JSON, which has no raw newline).
+/// An object's stored bytes as the version `info` names serves them: a custom resource's objects
+/// are stored in its storage version and answered in whichever served version was asked
+/// (conversion `None`); a built-in's pass unchanged.
+pub fn served<'a>(info: &ResourceInfo, bytes: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+    match &info.custom {
+        Some(_) => shardplane_apimachinery::encode::in_version(bytes, &info.api_version()),
+        None => std::borrow::Cow::Borrowed(bytes),
+    }
+}
+
 pub fn list(info: &ResourceInfo, rv: u64, continue_token: Option<&str>, remaining: Option<u64>, shard_info: Option<&str>, items: &[Arc<CachedObject>], lines: bool) -> Bytes {
     let mut meta = serde_json::Map::new();
     meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -94,7 +104,7 @@ pub fn list(info: &ResourceInfo, rv: u64, continue_token: Option<&str>, remainin
         if lines {
             out.push(b'\n');
         }
-        out.extend_from_slice(&o.bytes);
+        out.extend_from_slice(&served(info, &o.bytes));
     }
     if lines {
         out.push(b'\n');

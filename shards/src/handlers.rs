@@ -41,7 +41,10 @@ impl View {
     /// Renders objects (JSON bytes) as a list, or as a Table; `single` renders one object as itself.
     pub fn render(&self, info: &ResourceInfo, items: &[std::sync::Arc<shardplane_watchcache::CachedObject>], meta: Value, single: bool) -> Reply {
         match self.repr {
-            Representation::Json if single => Ok(body::json(StatusCode::OK, items[0].bytes.clone())),
+            Representation::Json if single => Ok(body::json(StatusCode::OK, match body::served(info, &items[0].bytes) {
+                std::borrow::Cow::Borrowed(_) => items[0].bytes.clone(),
+                std::borrow::Cow::Owned(b) => b.into(),
+            })),
             Representation::Json => {
                 let rv = meta["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
                 Ok(body::json(StatusCode::OK, body::list(info, rv, meta["continue"].as_str(), meta["remainingItemCount"].as_u64(), meta["shardInfo"]["selector"].as_str(), items, self.lines)))
@@ -241,7 +244,8 @@ pub(crate) enum Source {
 pub(crate) async fn current_from(shard: &Shard, info: &ResourceInfo, key: &[u8], ns: &str, name: &str, source: Source) -> Result<(Value, Kv), ApiError> {
     if source == Source::CacheFirst {
         if let Some(o) = shard.served(info)?.cache.get(ns, name) {
-            let v: Value = serde_json::from_slice(&o.bytes).map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))?;
+            let mut v: Value = serde_json::from_slice(&o.bytes).map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))?;
+            as_requested(info, &mut v);
             return Ok((v, Kv { key: key.to_vec(), value: o.bytes.clone(), mod_revision: o.rv, create_revision: 0 }));
         }
     }
@@ -249,11 +253,24 @@ pub(crate) async fn current_from(shard: &Shard, info: &ResourceInfo, key: &[u8],
     let kv = kv.ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
     let mut v: Value = serde_json::from_slice(&kv.value).map_err(|e| ApiError::internal(format!("stored object is not JSON: {e}")))?;
     meta::set_resource_version(&mut v, kv.mod_revision);
+    as_requested(info, &mut v);
     Ok((v, kv))
 }
 
-pub(crate) fn stored_bytes(obj: &Value) -> Vec<u8> {
+/// A custom object read from storage, in the version the request names (its versions share one
+/// schema: conversion `None`).
+fn as_requested(info: &ResourceInfo, v: &mut Value) {
+    if info.custom.is_some() {
+        v["apiVersion"] = Value::String(info.api_version());
+    }
+}
+
+/// The bytes to store: without a resourceVersion, and a custom object in its storage version.
+pub(crate) fn stored_bytes(info: &ResourceInfo, obj: &Value) -> Vec<u8> {
     let mut o = obj.clone();
+    if let Some(c) = &info.custom {
+        o["apiVersion"] = Value::String(format!("{}/{}", info.group, c.storage_version));
+    }
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
@@ -363,7 +380,7 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
     if dry {
         return respond_warning(StatusCode::CREATED, &mut obj, None, unknown);
     }
-    match shard.store(info).create(&key, stored_bytes(&obj)).await {
+    match shard.store(info).create(&key, stored_bytes(info, &obj)).await {
         Ok(rev) => respond_warning(StatusCode::CREATED, &mut obj, Some(rev), unknown),
         Err(StorageError::AlreadyExists) => Err(ApiError::already_exists(&info.group, &info.plural, &name)),
         Err(e) => Err(storage_err(e)),
@@ -394,7 +411,7 @@ pub(crate) async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], k
     }
     let finished = new.pointer("/metadata/deletionTimestamp").is_some() && !meta::has_finalizers(&new) && !(info.plural == "namespaces" && new.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
     let store = shard.store(info);
-    let result = if finished { store.delete(key, kv.mod_revision).await } else { store.update(key, stored_bytes(&new), kv.mod_revision).await };
+    let result = if finished { store.delete(key, kv.mod_revision).await } else { store.update(key, stored_bytes(info, &new), kv.mod_revision).await };
     match result {
         Ok(rev) => respond_warning(StatusCode::OK, &mut new, Some(rev), unknown).map(Some),
         Err(StorageError::Conflict { .. }) => Ok(None),
@@ -575,7 +592,7 @@ async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
             if dry {
                 return respond(StatusCode::OK, new, None);
             }
-            match shard.store(info).update(&key, stored_bytes(&new), kv.mod_revision).await {
+            match shard.store(info).update(&key, stored_bytes(info, &new), kv.mod_revision).await {
                 // Upstream answers 200 for an object only marked for deletion (202 only with the
                 // deprecated orphanDependents=false).
                 Ok(rev) => {

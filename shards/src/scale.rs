@@ -123,7 +123,7 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
         if dry {
             return respond(&scale_of(&new, paths));
         }
-        match shard.store(info).update(&key, stored_bytes(&new), kv.mod_revision).await {
+        match shard.store(info).update(&key, stored_bytes(info, &new), kv.mod_revision).await {
             Ok(rev) => {
                 meta::set_resource_version(&mut new, rev);
                 return respond(&scale_of(&new, paths));

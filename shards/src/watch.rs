@@ -141,7 +141,7 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
 /// PartialObjectMetadata, or a one-row Table (upstream sends every Table event with its columns).
 pub fn event(info: &ResourceInfo, view: View, kind: &str, object: &[u8], rv: u64) -> Bytes {
     match view.repr {
-        Representation::Json => event_line(kind, object),
+        Representation::Json => event_line(kind, &crate::body::served(info, object)),
         // Each event carries one object, whichever of the two the client named (upstream too).
         Representation::Metadata { version: v, .. } => event_line(kind, &shardplane_apimachinery::encode::object_bytes(&table::partial_metadata(v, object))),
         Representation::Table(v) => event_line(kind, &table::table(info, v, &[object], json!({"resourceVersion": rv.to_string()}), view.include)),

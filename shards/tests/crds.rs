@@ -277,3 +277,49 @@ async fn a_default_added_to_the_crd_shows_on_objects_already_stored() {
     let raw: Value = serde_json::from_slice(&kv.unwrap().value).unwrap();
     assert!(raw["spec"].get("tier").is_none(), "{raw}");
 }
+
+/// Several served versions under conversion `None`: an object written through any of them is
+/// stored in the storage version and every read, list and watch answers in the version asked.
+#[tokio::test]
+async fn every_served_version_answers_in_its_own_apiversion() {
+    let etcd = Etcd::start().await;
+    let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
+    let mut crd = agent_session_crd();
+    let v1 = crd["spec"]["versions"][0].clone();
+    let mut beta = v1.clone();
+    beta["name"] = json!("v1beta1");
+    beta["storage"] = json!(false);
+    crd["spec"]["versions"] = json!([beta, v1]);
+    let (code, created) = s.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd).await;
+    assert_eq!(code, 201, "{created}");
+    let (stable, old) = (format!("/apis/{GROUP}/v1/namespaces/default/agentsessions"), format!("/apis/{GROUP}/v1beta1/namespaces/default/agentsessions"));
+    wait_for(Duration::from_secs(10), || async { s.get(&old).await.0 == 200 && s.get(&stable).await.0 == 200 }).await;
+    let (_, list) = s.get(&old).await;
+    let mut w = s.watch(&format!("{old}?watch=1&resourceVersion={}", list["metadata"]["resourceVersion"].as_str().unwrap())).await;
+
+    let mut o = session("versioned", json!({"agent": "a"}));
+    o["apiVersion"] = json!(format!("{GROUP}/v1beta1"));
+    let (code, made) = s.post(&old, &o).await;
+    assert_eq!((code, made["apiVersion"].as_str()), (201, Some(format!("{GROUP}/v1beta1").as_str())), "{made}");
+    let storage = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
+    let key = shardplane_keyspace::etcd_layout::object_key(&shardplane_keyspace::ObjectKey::new(GROUP, "agentsessions", "default", "versioned"));
+    let stored: Value = serde_json::from_slice(&storage.get(key.as_bytes()).await.unwrap().0.expect("stored").value).unwrap();
+    assert_eq!(stored["apiVersion"], format!("{GROUP}/v1"), "stored in the storage version");
+
+    for (path, version) in [(&stable, "v1"), (&old, "v1beta1")] {
+        let want = format!("{GROUP}/{version}");
+        let (_, got) = s.get(&format!("{path}/versioned")).await;
+        assert_eq!(got["apiVersion"], want, "{got}");
+        let (_, list) = s.get(path).await;
+        assert_eq!((list["apiVersion"].as_str(), list["items"][0]["apiVersion"].as_str()), (Some(want.as_str()), Some(want.as_str())), "{list}");
+        // A patch through either version answers in it, and keeps the storage version stored.
+        let (code, patched) = s.send("PATCH", &format!("{path}/versioned"), "application/merge-patch+json", format!(r#"{{"spec":{{"model":"{version}"}}}}"#)).await;
+        assert_eq!((code, patched["apiVersion"].as_str()), (200, Some(want.as_str())), "{patched}");
+    }
+    let stored: Value = serde_json::from_slice(&storage.get(key.as_bytes()).await.unwrap().0.unwrap().value).unwrap();
+    assert_eq!((stored["apiVersion"].as_str(), stored["spec"]["model"].as_str()), (Some(format!("{GROUP}/v1").as_str()), Some("v1beta1")));
+    for _ in 0..3 {
+        let e = w.next_change(Duration::from_secs(10)).await.expect("an event");
+        assert_eq!(e["object"]["apiVersion"], format!("{GROUP}/v1beta1"), "the v1beta1 watch sees v1beta1: {e}");
+    }
+}

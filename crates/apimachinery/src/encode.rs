@@ -27,6 +27,26 @@ pub fn object_bytes(obj: &Value) -> Vec<u8> {
     serde_json::to_vec(&Ordered { value: obj, first: &HEAD, meta: true }).expect("a JSON value serializes")
 }
 
+/// An encoded object as `api_version` serves it: the same bytes with its `apiVersion` value
+/// replaced (borrowed when it already says `api_version`). A custom resource's versions have one
+/// schema under conversion `None`, so this is the whole conversion; the field is found among the
+/// first bytes, where [`object_bytes`] writes it.
+pub fn in_version<'a>(bytes: &'a [u8], api_version: &str) -> std::borrow::Cow<'a, [u8]> {
+    const KEY: &[u8] = b"\"apiVersion\":\"";
+    let head = &bytes[..bytes.len().min(512)];
+    let Some(at) = head.windows(KEY.len()).position(|w| w == KEY) else { return std::borrow::Cow::Borrowed(bytes) };
+    let start = at + KEY.len();
+    let Some(len) = bytes[start..].iter().position(|b| *b == b'"') else { return std::borrow::Cow::Borrowed(bytes) };
+    if &bytes[start..start + len] == api_version.as_bytes() {
+        return std::borrow::Cow::Borrowed(bytes);
+    }
+    let mut out = Vec::with_capacity(bytes.len() + api_version.len());
+    out.extend_from_slice(&bytes[..start]);
+    out.extend_from_slice(api_version.as_bytes());
+    out.extend_from_slice(&bytes[start + len..]);
+    std::borrow::Cow::Owned(out)
+}
+
 /// A map written with `first` keys (those present) in order, then the rest in name order;
 /// `meta` (an object's top level) orders `metadata`'s keys as ObjectMeta and each of `items`
 /// as an object.
@@ -71,6 +91,16 @@ impl Serialize for Items<'_> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_object_is_served_in_the_asked_version() {
+        let stored = object_bytes(&serde_json::json!({"kind": "Session", "apiVersion": "a.example.com/v1", "metadata": {"name": "s"}, "spec": {"apiVersion": "inner/v9"}}));
+        let served = in_version(&stored, "a.example.com/v1beta1");
+        let v: Value = serde_json::from_slice(&served).unwrap();
+        assert_eq!((v["apiVersion"].as_str(), v["spec"]["apiVersion"].as_str()), (Some("a.example.com/v1beta1"), Some("inner/v9")));
+        assert!(matches!(in_version(&stored, "a.example.com/v1"), std::borrow::Cow::Borrowed(_)));
+    }
+
     use super::*;
     use serde_json::json;
 
