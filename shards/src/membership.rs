@@ -43,11 +43,12 @@ pub fn describe(shard: &Shard, url: &str) -> ShardMember {
 }
 
 /// Keeps the shard's member key alive until `stop`, refreshed every third of the TTL and as
-/// soon as the shard's ranges change.
-pub fn register(shard: Arc<Shard>, url: String, ttl: Duration, stop: CancellationToken) {
+/// soon as the shard's ranges change. The returned task ends once the key is deleted after
+/// `stop`.
+pub fn register(shard: Arc<Shard>, url: String, ttl: Duration, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
     let bytes = move |shard: &Shard| serde_json::to_vec(&describe(shard, &url)).expect("member serializes");
     let (tx, rx) = tokio::sync::watch::channel(bytes(&shard));
-    shard.storage.register(format!("{SHARDS_PREFIX}{}", shard.id), rx, ttl, stop.clone());
+    let key = shard.storage.register(format!("{SHARDS_PREFIX}{}", shard.id), rx, ttl, stop.clone());
     tokio::spawn(async move {
         let mut tick = tokio::time::interval((ttl / 3).max(Duration::from_millis(200)));
         loop {
@@ -64,4 +65,5 @@ pub fn register(shard: Arc<Shard>, url: String, ttl: Duration, stop: Cancellatio
             });
         }
     });
+    key
 }

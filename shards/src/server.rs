@@ -105,13 +105,18 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     shard_for_members.set_url(format!("http://{}", listener.local_addr()?));
     on_listen(listener.local_addr()?);
     tracing::info!(id = %config.id, addr = %listener.local_addr()?, ranges = %config.ranges, "shard serving");
-    if !config.standalone {
-        crate::membership::register(shard_for_members, format!("http://{}", listener.local_addr()?), config.member_ttl, shutdown.clone());
-    }
+    let url = format!("http://{}", listener.local_addr()?);
+    let member = (!config.standalone).then(|| crate::membership::register(shard_for_members, url, config.member_ttl, shutdown.clone()));
     let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
         let _ = s.set_nodelay(true);
     });
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+    // The member key goes before the process does (a coordinator would otherwise take the shard
+    // for live, or for one that joined, until its lease ran out).
+    if let Some(member) = member {
+        let _ = tokio::time::timeout(Duration::from_secs(2), member).await;
+    }
+    served
 }
 
 /// The HTTP routes of a shard.

@@ -1,6 +1,7 @@
 //! The local topology: K shard processes, each this binary run as `<exe> shard ...` on one
 //! equal slice of the hash space, supervised: one that dies is started again on the same range
-//! and the range map in etcd gets its new address (same epoch); on shutdown all are stopped, and if the router
+//! and the range map in etcd gets its new address (same epoch); on shutdown all are asked to stop
+//! (their stdin closes) and killed if they do not within seconds, and if the router
 //! itself dies (even by SIGKILL) each shard sees its stdin pipe close and stops. The shards are
 //! separate OS processes (the memory-per-shard claim depends on it), yet `cargo run --bin
 //! shard-router` needs no separate build step.
@@ -26,6 +27,9 @@ pub struct ShardLaunch {
     /// The storage contract file every shard reads (`--storage-config`), and what it says.
     pub storage_config: Option<(PathBuf, shardplane_storage::StorageContract)>,
 }
+
+/// How long a shard has to stop on its own at shutdown before it is killed.
+const GRACEFUL_STOP: Duration = Duration::from_secs(5);
 
 /// Starts `k` shards and their supervisors; returns the router's view of them and the
 /// supervisors, which end (with their child stopped) once `shutdown` is cancelled.
@@ -116,7 +120,14 @@ async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLa
                 }
             }
             _ = shutdown.cancelled() => {
-                // SIGKILL and reap: nothing is left running.
+                // Closing its stdin asks the shard to stop: it ends its watches and revokes its
+                // membership lease, so a coordinator never takes it for a live shard that joined
+                // (the next run may have fewer shards). One that does not stop in time is killed.
+                drop(_stdin.take());
+                if tokio::time::timeout(GRACEFUL_STOP, child.wait()).await.is_err() {
+                    tracing::warn!(shard = i, "shard did not stop within {GRACEFUL_STOP:?}; killing it");
+                }
+                // SIGKILL (if still running) and reap: nothing is left running.
                 let _ = child.kill().await;
                 return;
             }
