@@ -108,6 +108,12 @@ pub fn validate(crd: &Value) -> Vec<StatusCause> {
     if kind.is_empty() {
         causes.push(cause("FieldValueRequired", "spec.names.kind", "Required value"));
     }
+    // Conversion webhooks are not called here (RFC 0008): a CRD that needs one is refused
+    // rather than served without the conversion it asks for.
+    let strategy = s(crd, "/spec/conversion/strategy");
+    if !matches!(strategy, "" | "None") {
+        causes.push(cause("FieldValueNotSupported", "spec.conversion.strategy", format!("Unsupported value: {strategy:?}: supported values: \"None\" (shardplane does not call conversion webhooks)")));
+    }
     let scope = s(crd, "/spec/scope");
     if !matches!(scope, "Cluster" | "Namespaced") {
         causes.push(cause("FieldValueNotSupported", "spec.scope", format!("Unsupported value: {scope:?}: supported values: \"Cluster\", \"Namespaced\"")));
@@ -340,8 +346,9 @@ mod tests {
         c["spec"]["group"] = json!("nodot");
         c["spec"]["scope"] = json!("Everywhere");
         c["spec"]["versions"][0]["storage"] = json!(false);
+        c["spec"]["conversion"] = json!({"strategy": "Webhook", "webhook": {"conversionReviewVersions": ["v1"]}});
         let fields: Vec<String> = validate(&c).into_iter().map(|c| c.field).collect();
-        assert_eq!(fields, ["metadata.name", "spec.group", "spec.scope", "spec.versions"]);
+        assert_eq!(fields, ["metadata.name", "spec.group", "spec.conversion.strategy", "spec.scope", "spec.versions"]);
         let mut moved = crd();
         moved["spec"]["scope"] = json!("Cluster");
         assert_eq!(validate_update(&crd(), &moved).len(), 1);
