@@ -41,17 +41,22 @@ async fn script(api: &Api<ConfigMap>) -> Vec<(String, String, String)> {
     want
 }
 
-async fn observe(api: Api<ConfigMap>, config: watcher::Config, n: usize) -> Vec<(String, String, String)> {
-    let stream = watcher::watcher(api.clone(), config);
-    tokio::pin!(stream);
-    // Wait until the initial list is done, then make the writes.
+/// Reads a watcher's stream until its initial list is done.
+async fn init_done<K: std::fmt::Debug>(stream: &mut (impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Unpin)) {
     loop {
         match tokio::time::timeout(Duration::from_secs(20), stream.try_next()).await.expect("init in time").unwrap() {
-            Some(Event::InitDone) => break,
+            Some(Event::InitDone) => return,
             Some(_) => {}
             None => panic!("stream ended"),
         }
     }
+}
+
+async fn observe(api: Api<ConfigMap>, config: watcher::Config, n: usize) -> Vec<(String, String, String)> {
+    let stream = watcher::watcher(api.clone(), config);
+    tokio::pin!(stream);
+    // Wait until the initial list is done, then make the writes.
+    init_done(&mut stream).await;
     let writer = tokio::spawn({
         let api = api.clone();
         async move { script(&api).await }
@@ -185,13 +190,7 @@ async fn watcher_sees_every_write_to_custom_objects_in_order() {
     for (round, config) in [("list", watcher::Config::default()), ("stream", watcher::Config::default().streaming_lists())] {
         let stream = watcher::watcher(sessions.clone(), config);
         tokio::pin!(stream);
-        loop {
-            match tokio::time::timeout(Duration::from_secs(20), stream.try_next()).await.expect("init in time").unwrap() {
-                Some(Event::InitDone) => break,
-                Some(_) => {}
-                None => panic!("stream ended"),
-            }
-        }
+        init_done(&mut stream).await;
         let writer = tokio::spawn({
             let sessions = sessions.clone();
             let resource = resource.clone();
