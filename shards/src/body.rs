@@ -69,8 +69,6 @@ pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> 
     Ok(())
 }
 
-/// Serializes a list response from cached bytes without re-encoding the items; with `lines`,
-/// each item on a line of its own (cached bytes are compact JSON, which has no raw newline).
 /// An object's stored bytes as the version `info` names serves them: a custom resource's objects
 /// are stored in its storage version and answered in whichever served version was asked
 /// (conversion `None`); a built-in's pass unchanged.
@@ -81,6 +79,8 @@ pub fn served<'a>(info: &ResourceInfo, bytes: &'a [u8]) -> std::borrow::Cow<'a, 
     }
 }
 
+/// Serializes a list response from cached bytes without re-encoding the items; with `lines`,
+/// each item on a line of its own (cached bytes are compact JSON, which has no raw newline).
 pub fn list(info: &ResourceInfo, rv: u64, continue_token: Option<&str>, remaining: Option<u64>, shard_info: Option<&str>, items: &[Arc<CachedObject>], lines: bool) -> Bytes {
     let mut meta = serde_json::Map::new();
     meta.insert("resourceVersion".into(), Value::String(rv.to_string()));

@@ -110,8 +110,8 @@ async fn run_async(args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let storage_contract = match args.storage_config.as_deref().map(StorageContract::load).transpose() {
-        Ok(c) => c.unwrap_or_default(),
+    let storage_contract = match StorageContract::from_flag(args.storage_config.as_deref()) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("shard-server: --storage-config {e}");
             return std::process::ExitCode::from(2);

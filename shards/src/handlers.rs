@@ -421,7 +421,7 @@ pub(crate) async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], k
 
 /// A write first tried on the cached object, then, if it failed for any reason, from etcd (a
 /// dry run, which proves nothing by a CAS, reads etcd only).
-pub(crate) async fn cache_first<'a, F, Fut>(query: &str, write: F) -> Reply
+async fn cache_first<'a, F, Fut>(query: &str, write: F) -> Reply
 where
     F: Fn(Source) -> Fut,
     Fut: std::future::Future<Output = Reply> + 'a,

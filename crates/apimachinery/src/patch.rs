@@ -48,6 +48,7 @@ pub fn apply(ty: PatchType, target: &mut Value, patch: &[u8]) -> Result<(), ApiE
             strategic_merge(target, &p, "");
             Ok(())
         }
+        // Server-side apply needs the object's schema and managed fields: `crate::apply` does it.
         PatchType::Apply => Err(ApiError::unsupported_media_type("application/apply-patch+yaml")),
     }
 }

@@ -58,6 +58,11 @@ impl StorageContract {
         Ok(contract)
     }
 
+    /// The contract a `--storage-config` flag names: empty without one.
+    pub fn from_flag(path: Option<&Path>) -> std::result::Result<Self, String> {
+        path.map(Self::load).transpose().map(Option::unwrap_or_default)
+    }
+
     /// Reads and parses the contract file at `path`.
     pub fn load(path: &Path) -> std::result::Result<Self, String> {
         let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;

@@ -82,8 +82,8 @@ async fn start_embedded_store(dir: &std::path::Path, listen: &str, stop: tokio_u
 
 async fn run(mut args: Args) -> std::process::ExitCode {
     let shutdown = shardplane_shard::cli::shutdown_on_signal();
-    let contract = match args.storage_config.as_deref().map(shardplane_storage::StorageContract::load).transpose() {
-        Ok(c) => c.unwrap_or_default(),
+    let contract = match shardplane_storage::StorageContract::from_flag(args.storage_config.as_deref()) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("shard-router: --storage-config {e}");
             return std::process::ExitCode::from(2);
