@@ -5,26 +5,10 @@ LIST then WATCH and by WatchList (client-go's WatchListClient feature gate). See
 import os
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 from kubernetes import config
 
-GO = "/usr/lib/go-1.24/bin/go"
-HERE = Path(__file__).resolve().parent
-# Shared with the Rust client-go test, so the client-go packages compile once.
-CACHE = HERE.parent.parent / "target" / "tmp" / "clientgo"
-
-
-@pytest.fixture(scope="module")
-def binary():
-    if not os.path.exists(GO):
-        pytest.fail("Go 1.24 missing: run deploy/local/install-deps.sh")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    out = CACHE / "informers"
-    env = {**os.environ, "GO111MODULE": "off", "GOPATH": "/usr/share/gocode", "GOCACHE": str(CACHE / "cache"), "GOFLAGS": ""}
-    subprocess.run([GO, "build", "-o", str(out), str(HERE / "main.go")], env=env, check=True, timeout=900)
-    return out
 
 
 def server():

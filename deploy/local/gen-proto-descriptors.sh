@@ -12,7 +12,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-bash "$root/deploy/local/install-deps.sh" >/dev/null   # protoc, and the trixie source list
+bash "$root/deploy/local/install-deps.sh" >/dev/null   # the trixie source list
+# protoc and the well-known types' .proto files: only this regeneration uses them (the build
+# compiles etcd's .proto files with protox, RFC 0009), so only this script installs them.
+if ! command -v protoc >/dev/null 2>&1 || [ ! -f /usr/include/google/protobuf/descriptor.proto ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null
+fi
 (cd "$work" && apt-get download -qq golang-k8s-api-dev/trixie golang-k8s-apimachinery-dev/trixie golang-github-google-gnostic-models-dev/trixie 2>/dev/null)
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/root"; done
 src="$work/root/usr/share/gocode/src"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what shardplane's build and tests need on Debian 12 (bookworm):
-#   - protobuf-compiler (etcd-client's build script runs protoc)
+# Installs what shardplane's tests need on Debian 12 (bookworm). The build itself needs only a
+# Rust toolchain: etcd's .proto files are compiled by protox, in Rust (RFC 0009). This installs:
 #   - etcd 3.5 from Debian trixie, extracted into .tools/etcd (bookworm's 3.4.23 answers
 #     on-demand progress requests too early: etcd#15220; see RFCS/0001)
 #   - Go 1.24 and client-go 0.32 from Debian trixie, to build the client-go test client
@@ -21,11 +21,6 @@ apt_update_once() {
     need_apt_update=0
   fi
 }
-
-if ! command -v protoc >/dev/null 2>&1 || [ ! -f /usr/include/google/protobuf/descriptor.proto ]; then
-  apt_update_once
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null
-fi
 
 if [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
   apt_update_once
@@ -68,4 +63,4 @@ if [ "${PY_CLIENT:-1}" = 1 ]; then
     python3 -m pip install -q --disable-pip-version-check 'kubernetes==37.0.2' 'kr8s==0.20.15' 'pytest==8.3.4' 'pytest-asyncio==0.24.0' 'pytest-timeout==2.3.1' 'pytest-rerunfailures==15.0' >/dev/null
   fi
 fi
-echo "deps ok: protoc $(protoc --version | cut -d' ' -f2), etcd at $etcd_bin"
+echo "deps ok: etcd at $etcd_bin"

@@ -6,6 +6,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 bash deploy/local/install-deps.sh
+# The build needs no protoc (RFC 0009): build every target with any protoc hidden from PATH and
+# PROTOC unset, so that a dependency on one cannot creep back in. The test runs below reuse this
+# build.
+echo "== build with no protoc"
+no_protoc_path=$(tr ':' '\n' <<<"$PATH" | while read -r d; do [ -n "$d" ] && [ ! -x "$d/protoc" ] && echo "$d"; done | paste -sd: -)
+env -u PROTOC PATH="$no_protoc_path" bash -c '! command -v protoc >/dev/null && cargo build --workspace --all-targets'
 run() {
   if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --no-fail-fast "$@"

@@ -190,7 +190,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
     // etcd: once compacted away, the token is expired even if the cache still has the revision.
     let compacted = match (continuing, at) {
         (true, Some(rv)) => match shard.store(&t.info).ensure_not_compacted(rv).await {
-            Err(StorageError::Compacted { .. }) => Some(CacheError::TooOld { requested: rv, oldest: rv + 1 }),
+            Err(StorageError::Compacted { .. }) => Some(CacheError::TooOld { requested: rv, oldest: rv.saturating_add(1) }),
             Err(e) => return Err(storage_err(e)),
             Ok(()) => None,
         },
@@ -556,7 +556,8 @@ async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
         // Nothing proves a dry run's cached state current.
         source = Source::Etcd;
     }
-    let grace = form_value(query, "gracePeriodSeconds").and_then(|v| v.parse::<i64>().ok()).or_else(|| opts.get("gracePeriodSeconds").and_then(Value::as_i64));
+    // Typed as upstream decodes DeleteOptions: a field of the wrong type or range is a 400.
+    let grace = shardplane_apimachinery::delete_options::parse(&opts, form_value(query, "gracePeriodSeconds").as_deref())?.grace_period_seconds;
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(info, &ns, name)?;
     loop {

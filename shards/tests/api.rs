@@ -175,6 +175,65 @@ async fn bad_input_gets_upstream_status() {
     assert_eq!(r.status(), 200);
 }
 
+/// Numbers at the edges of their types, in every query parameter and body field that takes one:
+/// each request gets an answer (a debug build panics on an overflow, which resets the
+/// connection), never a 5xx but upstream's 504 Timeout for a resourceVersion that is not there
+/// yet, a `Status` whenever it is not a success, and the server is still up afterwards.
+#[tokio::test]
+async fn numbers_at_the_edges_of_their_types_get_an_answer() {
+    let (_etcd, s) = setup().await;
+    assert_eq!(s.post(CM, &configmap("a", json!({}))).await.0, 201);
+    assert_eq!(s.post(CM, &configmap("b", json!({}))).await.0, 201);
+    assert_eq!(s.post(CM, &configmap("c", json!({}))).await.0, 201);
+    let max = i64::MAX;
+    let token = |rv: i64| {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!(r#"{{"v":"meta.k8s.io/v1","rv":{rv},"start":"demo/a\u0000"}}"#))
+    };
+    // (method, path, body, the code upstream gives when it is one code)
+    let cases: Vec<(&str, String, Vec<u8>, Option<u16>)> = vec![
+        ("GET", format!("{CM}?limit={max}"), vec![], Some(200)),
+        ("GET", format!("{CM}?limit={max}&resourceVersion=0"), vec![], Some(200)),
+        ("GET", format!("{CM}?limit=1&continue={}", token(max)), vec![], None),
+        ("GET", format!("{CM}?limit={max}&continue={}", token(1)), vec![], None),
+        ("GET", format!("{CM}?limit=18446744073709551615"), vec![], Some(400)),
+        ("GET", format!("{CM}?limit=99999999999999999999999"), vec![], Some(400)),
+        ("GET", format!("{CM}?resourceVersion={max}&resourceVersionMatch=NotOlderThan"), vec![], Some(504)),
+        ("GET", format!("{CM}?resourceVersion={}&resourceVersionMatch=Exact", u64::MAX), vec![], Some(504)),
+        ("GET", format!("{CM}?resourceVersion={}&resourceVersionMatch=Exact&limit={max}", u64::MAX), vec![], Some(504)),
+        ("GET", format!("{CM}?resourceVersion=18446744073709551616"), vec![], Some(400)),
+        ("GET", format!("{CM}/a?resourceVersion={}", u64::MAX), vec![], None),
+        ("GET", format!("{CM}?watch=1&resourceVersion={max}&timeoutSeconds=1"), vec![], None),
+        ("GET", format!("{CM}?watch=1&resourceVersion={}&timeoutSeconds=1", u64::MAX), vec![], None),
+        ("GET", format!("{CM}?watch=1&timeoutSeconds=18446744073709551615"), vec![], Some(400)),
+        ("GET", format!("{CM}?watch=1&timeoutSeconds={}&resourceVersion=1", i64::MIN), vec![], None),
+        ("DELETE", format!("{CM}/a?gracePeriodSeconds={max}"), vec![], None),
+        ("DELETE", format!("{CM}/b"), format!(r#"{{"gracePeriodSeconds":{}}}"#, i64::MIN).into_bytes(), None),
+        ("DELETE", format!("{CM}/c"), br#"{"gracePeriodSeconds":18446744073709551616}"#.to_vec(), Some(400)),
+    ];
+    let c = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().unwrap();
+    for (method, path, body, want) in cases {
+        let mut req = c.request(method.parse().unwrap(), format!("{}{path}", s.url)).header("content-type", "application/json").body(body);
+        if path.contains("watch=1") {
+            // A watch that starts is answered with its headers; reading them is the answer.
+            req = req.timeout(Duration::from_secs(20));
+        }
+        let r = req.send().await.unwrap_or_else(|e| panic!("{method} {path}: no answer: {e}"));
+        let code = r.status().as_u16();
+        if let Some(want) = want {
+            assert_eq!(code, want, "{method} {path}");
+        }
+        assert!(code < 500 || code == 504, "{method} {path}: {code}");
+        if !(200..300).contains(&code) {
+            let st: Value = r.json().await.unwrap_or_else(|e| panic!("{method} {path}: {code} without a Status: {e}"));
+            assert_eq!((st["kind"].as_str(), st["code"].as_u64()), (Some("Status"), Some(code as u64)), "{method} {path}: {st}");
+        }
+    }
+    assert_eq!(client().get(format!("{}/readyz", s.url)).send().await.unwrap().status(), 200);
+    // The refused delete left its object.
+    assert_eq!(s.get(&format!("{CM}/c")).await.0, 200);
+}
+
 #[tokio::test]
 async fn list_paging_selectors_and_resource_versions() {
     let (_etcd, s) = setup().await;

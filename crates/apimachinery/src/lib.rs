@@ -4,7 +4,7 @@
 //! ([`status`]), the table of served resources ([`resources`]) and request paths to them
 //! ([`request_path`]), list and watch options with upstream's resourceVersion rules
 //! ([`list_options`]), label and field selectors ([`selectors`]), continue tokens
-//! ([`continue_token`]), object metadata rules ([`meta`]), CustomResourceDefinitions and what they serve ([`crd`]), per-kind validation rules
+//! ([`continue_token`]), object metadata rules ([`meta`]), DELETE options ([`delete_options`]), CustomResourceDefinitions and what they serve ([`crd`]), per-kind validation rules
 //! ([`kind_rules`]) and field defaults ([`defaults`]), the
 //! three patch formats ([`patch`]), protobuf request bodies ([`protobuf`]), OpenAPI documents and
 //! schema-driven field validation ([`openapi`]), custom resources' value rules ([`structural`]), and watch event framing ([`watch_event`]).
@@ -16,6 +16,7 @@ pub mod apply;
 pub mod continue_token;
 pub mod crd;
 pub mod defaults;
+pub mod delete_options;
 pub mod encode;
 pub mod formats;
 pub mod kind_rules;

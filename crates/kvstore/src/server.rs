@@ -455,6 +455,10 @@ impl PbWatchService for EtcdServer {
     }
 }
 
+/// etcd's largest lease TTL in seconds (`MaxLeaseTTL`); a larger one is refused as etcd refuses
+/// it, which also keeps every expiry instant representable.
+const MAX_LEASE_TTL: i64 = 9_000_000_000;
+
 type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<PbLeaseKeepAliveResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -462,6 +466,9 @@ impl PbLeaseService for EtcdServer {
     async fn lease_grant(&self, request: Request<PbLeaseGrantRequest>) -> Result<Response<PbLeaseGrantResponse>, Status> {
         let r = request.into_inner();
         let ttl = r.ttl.max(1);
+        if ttl > MAX_LEASE_TTL {
+            return Err(Status::out_of_range("etcdserver: too large lease TTL"));
+        }
         let (id, revision) = {
             let mut st = self.lock();
             let id = if r.id != 0 {
@@ -471,7 +478,10 @@ impl PbLeaseService for EtcdServer {
                 r.id
             } else {
                 // Lease IDs only need to be unique here: the next after the largest.
-                st.leases.keys().copied().max().unwrap_or(0x5ba7_0000) + 1
+                match st.leases.keys().copied().max().unwrap_or(0x5ba7_0000).checked_add(1) {
+                    Some(id) => id,
+                    None => return Err(Status::resource_exhausted("etcdserver: no lease ID left")),
+                }
             };
             st.leases.insert(id, Lease { ttl, expires: Instant::now() + Duration::from_secs(ttl as u64) });
             (id, st.mvcc.revision())

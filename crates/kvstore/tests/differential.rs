@@ -165,3 +165,20 @@ fn the_embedded_store_answers_as_etcd_does() {
         }
     });
 }
+
+/// Lease TTLs at the edges: both stores grant etcd's largest TTL and refuse one past it with the
+/// same code and message (the embedded store once computed an expiry instant that overflowed).
+#[test]
+fn lease_ttls_past_etcds_largest_are_refused_as_etcd_refuses_them() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let (etcd, store) = (Etcd::start_process(&[]).await, Etcd::start_embedded_unix().await);
+        let mut a = Client::connect([etcd.endpoint.as_str()], None).await.unwrap();
+        let mut b = shardplane_storage::Storage::connect(&[store.endpoint.clone()]).await.unwrap().client();
+        for ttl in [9_000_000_000i64, 9_000_000_001, i64::MAX] {
+            let (x, y) = (a.lease_grant(ttl, None).await.map(|r| r.ttl()).map_err(err), b.lease_grant(ttl, None).await.map(|r| r.ttl()).map_err(err));
+            assert_eq!(y, x, "ttl {ttl}");
+            assert_eq!(x.is_ok(), ttl == 9_000_000_000, "ttl {ttl}: {x:?}");
+        }
+    });
+}

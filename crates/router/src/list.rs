@@ -125,8 +125,9 @@ pub async fn revision_and_start(shards: &Shards, info: &ResourceInfo, o: &ListOp
 /// may come out shorter than `limit`, which the API allows ("limit is a maximum"); the next page
 /// resumes there.
 pub fn shard_page_limit(limit: u64, k: usize) -> u64 {
+    // `limit` is the client's number: saturate rather than overflow (a debug build panics).
     let k = k.max(1) as u64;
-    limit.min((limit * 5).div_ceil(4 * k) + 8)
+    limit.min(limit.saturating_mul(5).div_ceil(k.saturating_mul(4)).saturating_add(8))
 }
 
 /// A merged page: the list's JSON (with the continue token, if any) and its content type.
@@ -360,5 +361,8 @@ mod tests {
         assert_eq!(shard_page_limit(500, 8), 87);
         assert_eq!(shard_page_limit(1, 8), 1);
         assert_eq!(shard_page_limit(10, 0), 10);
+        // A client's largest limit saturates instead of overflowing.
+        assert_eq!(shard_page_limit(u64::MAX, 4), (1 << 60) + 8);
+        assert_eq!(shard_page_limit(u64::MAX, 1), (1 << 62) + 8);
     }
 }
