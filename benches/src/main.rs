@@ -7,9 +7,6 @@
 //! every scenario at tiny sizes (CI runs it in a debug build so the benchmarks never rot; its
 //! report goes to `target/bench-smoke/` and says that its numbers mean nothing).
 
-#[path = "../../shards/tests/common/mod.rs"]
-mod common;
-
 mod churn;
 mod cluster;
 mod list;
@@ -104,8 +101,8 @@ impl Ctx {
 }
 
 /// etcd 3.5 on tmpfs with room for 500,000 realistic objects (the default 2 GiB quota is not).
-pub async fn start_etcd() -> common::Etcd {
-    common::Etcd::start_with(&["--quota-backend-bytes", "8589934592"]).await
+pub async fn start_etcd() -> shardplane_testkit::Etcd {
+    shardplane_testkit::Etcd::start_with(&["--quota-backend-bytes", "8589934592"]).await
 }
 
 fn machine() -> String {

@@ -38,7 +38,7 @@ impl Backend {
 /// One backend's system: the store's endpoint, the router over it, and the pids whose CPU
 /// and memory are the store's.
 struct System {
-    etcd: Option<crate::common::Etcd>,
+    etcd: Option<shardplane_testkit::Etcd>,
     topology: Topology,
     endpoint: String,
     data_dir: Option<PathBuf>,

@@ -3,7 +3,7 @@
 //! request, creates the object when it does not exist, and otherwise writes the merged object
 //! with the same compare-and-swap, admission and validation as every other write.
 
-use crate::body;
+use shardplane_http::body;
 use crate::handlers::{self, current_from, form_value, insert, subresource, write_over, Reply, Source};
 use crate::shard::Shard;
 use axum::http::HeaderMap;

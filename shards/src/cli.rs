@@ -6,6 +6,7 @@ use shardplane_keyspace::{HashRange, RangeSet};
 use crate::{serve, ShardConfig};
 use shardplane_storage::StorageContract;
 use shardplane_watchcache::CacheConfig;
+use shardplane_http::protocol::EXIT_WITH_STDIN;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -67,10 +68,6 @@ struct Args {
     #[arg(long)]
     storage_config: Option<std::path::PathBuf>,
 }
-
-/// Set by a parent (shard-router) that holds the shard's stdin open: the shard stops when it
-/// reads end-of-file there, so it never outlives its parent.
-pub const EXIT_WITH_STDIN: &str = "SHARDPLANE_EXIT_WITH_STDIN";
 
 /// A token cancelled on SIGINT (Ctrl-C) or SIGTERM. Call inside a tokio runtime.
 pub fn shutdown_on_signal() -> CancellationToken {

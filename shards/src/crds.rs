@@ -5,7 +5,8 @@
 //! first: every shard deletes its own, and the CRD's owner lets it go once none is left.
 
 use crate::handlers;
-use crate::shard::{Shard, CATCH_UP};
+use crate::shard::Shard;
+use shardplane_catalog::CATCH_UP;
 use axum::http::HeaderMap;
 use serde_json::Value;
 use shardplane_apimachinery::meta::{self, Subresource};

@@ -2,9 +2,12 @@
 //! Reads come from the watch cache; writes go to etcd by compare-and-swap and come back to the
 //! cache through the watch.
 
-use crate::body;
+use shardplane_http::body;
+use shardplane_http::negotiation::View;
+use shardplane_http::protocol::GENERATED_NAME_HEADER;
+pub use shardplane_http::query::form_value;
+use crate::render;
 use shardplane_apimachinery::request_path::Target;
-use crate::table::{self, IncludeObject, Representation};
 use crate::shard::Shard;
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
@@ -27,79 +30,6 @@ pub const WAIT: Duration = Duration::from_secs(3);
 
 pub(crate) type Reply = Result<Response<Body>, ApiError>;
 
-/// How a read is rendered: plain JSON or a Table, and what Table rows carry.
-#[derive(Clone, Copy, Debug)]
-pub struct View {
-    pub repr: Representation,
-    pub include: IncludeObject,
-    /// A JSON list's entries one per line, for a router that splits them
-    /// ([`crate::shard::LIST_FRAMING_HEADER`]).
-    pub lines: bool,
-}
-
-impl View {
-    /// Renders objects (JSON bytes) as a list, or as a Table; `single` renders one object as itself.
-    pub fn render(&self, info: &ResourceInfo, items: &[std::sync::Arc<shardplane_watchcache::CachedObject>], meta: Value, single: bool) -> Reply {
-        match self.repr {
-            Representation::Json if single => Ok(body::json(StatusCode::OK, match body::served(info, &items[0].bytes) {
-                std::borrow::Cow::Borrowed(_) => items[0].bytes.clone(),
-                std::borrow::Cow::Owned(b) => b.into(),
-            })),
-            Representation::Json => {
-                let rv = meta["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0);
-                Ok(body::json(StatusCode::OK, body::list(info, rv, meta["continue"].as_str(), meta["remainingItemCount"].as_u64(), meta["shardInfo"]["selector"].as_str(), items, self.lines)))
-            }
-            _ => {
-                let bytes: Vec<&[u8]> = items.iter().map(|o| o.bytes.as_ref()).collect();
-                self.transformed(info, StatusCode::OK, &bytes, meta, single)
-            }
-        }
-    }
-
-    /// A write's answer (the object, or the list a delete-collection returns) in the asked
-    /// representation; a `Status` answer and plain JSON pass unchanged, as upstream.
-    pub async fn transform_write(&self, info: &ResourceInfo, reply: Reply) -> Reply {
-        let resp = reply?;
-        if self.repr == Representation::Json || !resp.status().is_success() {
-            return Ok(resp);
-        }
-        let status = resp.status();
-        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.map_err(|e| ApiError::internal(e.to_string()))?;
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| ApiError::internal(e.to_string()))?;
-        if v["kind"] == "Status" {
-            return Ok(body::json(status, bytes));
-        }
-        match v.get("items").and_then(Value::as_array) {
-            Some(items) => {
-                let items: Vec<Vec<u8>> = items.iter().map(|o| serde_json::to_vec(o).expect("json")).collect();
-                let refs: Vec<&[u8]> = items.iter().map(Vec::as_slice).collect();
-                self.transformed(info, status, &refs, v["metadata"].clone(), false)
-            }
-            None => self.transformed(info, status, &[&bytes], json!({"resourceVersion": v["metadata"]["resourceVersion"]}), true),
-        }
-    }
-
-    /// The PartialObjectMetadata or Table form of one object or a list.
-    fn transformed(&self, info: &ResourceInfo, status: StatusCode, objects: &[&[u8]], meta: Value, single: bool) -> Reply {
-        match self.repr {
-            Representation::Json => unreachable!("plain JSON is not transformed"),
-            Representation::Metadata { list, .. } if list == single => Err(ApiError::metadata_shape_mismatch(list, &info.group, &info.kind)),
-            Representation::Metadata { version, .. } if single => Ok(body::json(status, encode::object_bytes(&table::partial_metadata(version, objects[0])))),
-            Representation::Metadata { version, .. } => {
-                let list = json!({"kind": "PartialObjectMetadataList", "apiVersion": format!("meta.k8s.io/{version}"), "metadata": meta, "items": objects.iter().map(|o| table::partial_metadata(version, o)).collect::<Vec<_>>()});
-                Ok(body::json(status, encode::object_bytes(&list)))
-            }
-            Representation::Table(version) => {
-                let mut r = body::json(status, table::table(info, version, objects, meta, self.include));
-                if let Ok(ct) = axum::http::HeaderValue::from_str(&table::content_type(version)) {
-                    r.headers_mut().insert(axum::http::header::CONTENT_TYPE, ct);
-                }
-                Ok(r)
-            }
-        }
-    }
-}
-
 fn storage_err(e: StorageError) -> ApiError {
     match e {
         StorageError::Etcd(m) => ApiError::unavailable(format!("storage is unavailable: {m}")),
@@ -118,11 +48,6 @@ pub fn cache_err(e: CacheError, continuing: bool) -> ApiError {
         CacheError::TooNew { requested, current } => ApiError::too_large_resource_version(requested, current),
         CacheError::NotReady => ApiError::too_many_requests("storage is (re)initializing", 1),
     }
-}
-
-/// The first value of a query parameter.
-pub fn form_value(query: &str, name: &str) -> Option<String> {
-    form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
 }
 
 pub(crate) fn dry_run(query: &str) -> Result<bool, ApiError> {
@@ -157,7 +82,7 @@ pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str, view: View)
         }
     }
     match cache.get(ns, name) {
-        Some(o) => view.render(&t.info, &[o.clone()], json!({"resourceVersion": o.rv.to_string()}), true),
+        Some(o) => render::render(&view, &t.info, &[o.clone()], json!({"resourceVersion": o.rv.to_string()}), true),
         None => Err(ApiError::not_found(&t.info.group, &t.info.plural, name)),
     }
 }
@@ -226,7 +151,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
     if let Some(s) = &o.shard_selector {
         meta["shardInfo"] = json!({"selector": s.canonical()});
     }
-    view.render(&t.info, &page.items, meta, false)
+    render::render(&view, &t.info, &page.items, meta, false)
 }
 
 /// Where a write reads the object it changes from.
@@ -325,10 +250,6 @@ async fn check_namespace(shard: &Shard, info: &ResourceInfo, ns: &str, name: &st
     }
     Ok(())
 }
-
-/// The header a router sets on a create with `generateName`: the name it picked to find the
-/// owner, which the shard uses instead of picking another.
-pub const GENERATED_NAME_HEADER: &str = "shardplane-generated-name";
 
 /// POST to a collection.
 pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
@@ -637,7 +558,7 @@ pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, q
             Err(e) => return Err(e),
         }
     }
-    Ok(body::json(StatusCode::OK, body::list(&t.info, shard.served(&t.info)?.cache.synced(), None, None, None, &deleted, false)))
+    Ok(body::json(StatusCode::OK, render::list(&t.info, shard.served(&t.info)?.cache.synced(), None, None, None, &deleted, false)))
 }
 
 #[cfg(test)]

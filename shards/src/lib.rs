@@ -9,18 +9,15 @@
 //! and never write to etcd except by compare-and-swap on the object's own key.
 
 mod apply;
-pub mod body;
 pub mod cli;
 pub mod crds;
-pub mod discovery;
 pub mod handlers;
 pub mod membership;
-pub mod metrics;
 pub mod namespaces;
+pub mod render;
 pub mod scale;
 pub mod server;
 pub mod shard;
-pub mod table;
 pub mod watch;
 
 pub use server::{serve, ShardConfig};

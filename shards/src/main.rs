@@ -5,6 +5,6 @@
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
-    shardplane_shard::metrics::heap_is_jemalloc();
+    shardplane_http::metrics::heap_is_jemalloc();
     shardplane_shard::cli::run(std::env::args().collect())
 }

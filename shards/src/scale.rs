@@ -3,7 +3,7 @@
 //! `labelSelectorPath`), and written back to its spec replicas path by PUT or PATCH (merge,
 //! JSON or strategic patches of the Scale), as upstream's scale subresource does.
 
-use crate::body;
+use shardplane_http::body;
 use crate::handlers::{current_from, dry_run, stored_bytes, Source};
 use crate::shard::Shard;
 use axum::body::Body;

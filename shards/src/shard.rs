@@ -11,6 +11,7 @@ use shardplane_watchcache::reflector::{self, KeyRange};
 use shardplane_watchcache::{CacheConfig, ObjectCodec, WatchCache};
 use std::collections::HashMap;
 use std::sync::Arc;
+use shardplane_catalog::CATCH_UP;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -45,18 +46,6 @@ struct MapView {
     assigned: Option<RangeSet>,
 }
 
-/// How long a request for a resource not served yet waits for the catalog (and a new custom
-/// resource's cache) to catch up before it is answered.
-pub const CATCH_UP: Duration = Duration::from_secs(3);
-
-/// The request header carrying the range-map epoch a router routed the request under.
-pub const EPOCH_HEADER: &str = "shardplane-range-epoch";
-
-/// The request header with which a router asks for a JSON list's entries one per line (value
-/// `lines`), so that it can split them with one memchr each instead of scanning every byte.
-/// Only a router merging several shards asks; every other client gets upstream's compact layout.
-pub const LIST_FRAMING_HEADER: &str = "shardplane-list-framing";
-
 /// A running shard.
 pub struct Shard {
     pub id: String,
@@ -88,7 +77,7 @@ pub struct Shard {
     pub catalog: shardplane_catalog::Follower,
     table: std::sync::RwLock<Table>,
     pub shutdown: CancellationToken,
-    pub metrics: crate::metrics::Metrics,
+    pub metrics: shardplane_http::metrics::Metrics,
     pub bookmark_interval: Duration,
     /// A watch without `timeoutSeconds` runs between this and twice this.
     pub min_request_timeout: Duration,
@@ -119,7 +108,7 @@ impl Shard {
             table: std::sync::RwLock::new(Table::default()),
             catalog,
             shutdown,
-            metrics: crate::metrics::Metrics::new(),
+            metrics: shardplane_http::metrics::Metrics::new(),
             bookmark_interval,
             cache_config: cache,
             min_request_timeout,

@@ -1,20 +1,18 @@
 //! WATCH: newline-delimited JSON events from the cache, with bookmarks, `sendInitialEvents` and
 //! its `k8s.io/initial-events-end` bookmark, and 410 as an ERROR event on a 200 stream.
 
-use crate::handlers::{filter, View, WAIT};
-use crate::table::{self, Representation};
+use crate::handlers::{filter, WAIT};
+use shardplane_http::negotiation::View;
+use shardplane_http::watch_frame::{event, watch_timeout};
 use shardplane_apimachinery::request_path::Target;
-use shardplane_apimachinery::resources::ResourceInfo;
 use crate::shard::Shard;
 use axum::body::Body;
 use axum::http::{header, HeaderValue, Response, StatusCode};
 use bytes::Bytes;
-use serde_json::json;
 use shardplane_apimachinery::list_options::{ListOptions, WatchStart};
 use shardplane_apimachinery::ApiError;
 use shardplane_watchcache::{CacheError, WatchMsg, Watcher};
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -135,26 +133,4 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
         metrics.watchers.with_label_values(&labels).dec();
     });
     Ok(stream_response(rx))
-}
-
-/// One watch event line for an object in the client's representation: the object itself, its
-/// PartialObjectMetadata, or a one-row Table (upstream sends every Table event with its columns).
-pub fn event(info: &ResourceInfo, view: View, kind: &str, object: &[u8], rv: u64) -> Bytes {
-    match view.repr {
-        Representation::Json => event_line(kind, &crate::body::served(info, object)),
-        // Each event carries one object, whichever of the two the client named (upstream too).
-        Representation::Metadata { version: v, .. } => event_line(kind, &shardplane_apimachinery::encode::object_bytes(&table::partial_metadata(v, object))),
-        Representation::Table(v) => event_line(kind, &table::table(info, v, &[object], json!({"resourceVersion": rv.to_string()}), view.include)),
-    }
-}
-
-/// How long a watch runs: `timeoutSeconds`, else a random time between `min` and twice `min`
-/// (30–60 minutes by default), as upstream, so that watches opened together do not all end
-/// together.
-pub fn watch_timeout(timeout_seconds: Option<u64>, min: Duration) -> Duration {
-    Duration::from_secs(timeout_seconds.unwrap_or_else(|| min.as_secs() + rand_secs(min.as_secs())))
-}
-
-fn rand_secs(max: u64) -> u64 {
-    u64::from_le_bytes(uuid::Uuid::new_v4().as_bytes()[..8].try_into().expect("8 bytes")) % max.max(1)
 }

@@ -1,9 +1,8 @@
 //! Integration tests of one shard against a real etcd: every verb, the resourceVersion rules,
 //! paging, selectors, watch semantics, errors, namespace lifecycle, and range ownership.
 
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use serde_json::{json, Value};
 use shardplane_keyspace::{HashRange, ObjectKey, RangeSet};
 use std::time::Duration;
@@ -18,9 +17,6 @@ async fn setup() -> (Etcd, TestShard) {
     (etcd, shard)
 }
 
-fn rv(v: &Value) -> u64 {
-    v["metadata"]["resourceVersion"].as_str().expect("resourceVersion").parse().expect("integer RV")
-}
 
 #[tokio::test]
 async fn crud_with_server_set_fields_and_preconditions() {
@@ -813,7 +809,7 @@ async fn a_shard_frames_list_entries_one_per_line_only_when_a_router_asks() {
     s.namespace("demo").await;
     assert_eq!(s.post(CM, &configmap("k", json!({}))).await.0, 201);
     assert_eq!(s.post(CM, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "k2"}, "data": {"x": "a\nb"}})).await.0, 201);
-    let framed = client().get(format!("{}{CM}", s.url)).header(shardplane_shard::shard::LIST_FRAMING_HEADER, "lines").send().await.unwrap().text().await.unwrap();
+    let framed = client().get(format!("{}{CM}", s.url)).header(shardplane_http::protocol::LIST_FRAMING_HEADER, "lines").send().await.unwrap().text().await.unwrap();
     let lines: Vec<&str> = framed.lines().collect();
     assert_eq!(lines.len(), 4, "{framed}");
     assert!(lines[0].ends_with(r#""items":["#) && lines[1].starts_with('{') && lines[1].ends_with("},") && lines[2].ends_with('}') && lines[3] == "]}", "{framed}");

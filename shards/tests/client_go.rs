@@ -2,9 +2,8 @@
 //! real etcd. It sends protobuf bodies for creates, updates, a status update and DeleteOptions;
 //! the objects the server stored are checked here through the JSON API.
 
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use serde_json::{json, Value};
 use shardplane_keyspace::RangeSet;
 use std::path::PathBuf;

@@ -6,9 +6,8 @@
 
 #![recursion_limit = "256"]
 
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use serde_json::{json, Value};
 use shardplane_keyspace::RangeSet;
 use std::time::Duration;

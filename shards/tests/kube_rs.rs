@@ -2,9 +2,8 @@
 //! and streaming lists, of built-in and of custom objects) and `reflector` observe exactly the
 //! writes made, in order.
 
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};

@@ -3,9 +3,8 @@
 //! which kubectl sends `fieldValidation=Strict`; client-side apply; `explain`; and generators that
 //! send protobuf bodies.
 
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use shardplane_keyspace::RangeSet;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;

@@ -1,9 +1,8 @@
 //! The PyPI `kubernetes` client (installed by deploy/local/install-deps.sh), unmodified, against
 //! a shard on real etcd: tests/python/client_scenario.py makes the assertions.
 
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use shardplane_keyspace::RangeSet;
 use std::process::Command;
 

@@ -6,10 +6,9 @@
 //! The second store starts a thousand revisions ahead of the main one, so a resourceVersion
 //! says which store it came from.
 
-mod common;
 
-use common::*;
-use serde_json::{json, Value};
+use shardplane_testkit::*;
+use serde_json::json;
 use shardplane_keyspace::{etcd_layout, HashRange, ObjectKey, RangeSet};
 use shardplane_shard::ShardConfig;
 use shardplane_storage::{Storage, StorageContract};
@@ -19,9 +18,6 @@ const GROUP: &str = "agents.shardplane.dev";
 /// How far ahead of the main store the second one starts.
 const AHEAD: u64 = 1000;
 
-fn rv(o: &Value) -> u64 {
-    o["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or_else(|| panic!("no resourceVersion: {o}"))
-}
 
 /// The object's key in etcd.
 fn key(group: &str, plural: &str, ns: &str, name: &str) -> Vec<u8> {

@@ -19,6 +19,10 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+/// How long a request for a resource not served yet waits for the catalog (and a new custom
+/// resource's cache) to catch up before it is answered, on shard and router alike.
+pub const CATCH_UP: Duration = Duration::from_secs(3);
+
 /// The served resources as of one storage revision.
 #[derive(Debug)]
 pub struct Catalog {

@@ -2,10 +2,8 @@
 //! as the shard suite runs them): membership on leases, leader election, status, split and
 //! merge, clear refusals, and a dead shard's ranges reassigned, then given back when it returns.
 
-#[path = "../../../shards/tests/common/mod.rs"]
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use serde_json::Value;
 use shardplane_keyspace::{HashRange, RangeSet};
 use shardplane_storage::members::{ShardMember, SHARDS_PREFIX};

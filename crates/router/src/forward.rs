@@ -9,7 +9,7 @@ use shardplane_apimachinery::ApiError;
 use shardplane_coordinator::map_store::{self, ShardAddr};
 use shardplane_coordinator::range_map::RangeMap;
 use shardplane_keyspace::{placement_hash, HashRange};
-use shardplane_shard::shard::{EPOCH_HEADER, LIST_FRAMING_HEADER};
+use shardplane_http::protocol::{EPOCH_HEADER, GENERATED_NAME_HEADER, LIST_FRAMING_HEADER};
 use shardplane_storage::range_map::StoredShard;
 use shardplane_storage::{Storage, Stores};
 use std::sync::Arc;
@@ -58,7 +58,7 @@ impl Drop for UpstreamEpoch {
 }
 
 /// Request headers worth passing to a shard.
-const PASSED: [&str; 3] = ["accept", "content-type", shardplane_shard::handlers::GENERATED_NAME_HEADER];
+const PASSED: [&str; 3] = ["accept", "content-type", GENERATED_NAME_HEADER];
 /// Tries of one request while shards refuse it for a stale map.
 const ROUTING_ATTEMPTS: u32 = 5;
 /// How long `connect` waits for a shard to answer who it is.
@@ -100,7 +100,7 @@ impl Shards {
     pub async fn target(&self, path: &str) -> Option<shardplane_apimachinery::request_path::Target> {
         use shardplane_apimachinery::request_path::parse;
         match parse(path, &self.catalog.now().resources) {
-            None if path.starts_with("/apis/") => parse(path, &self.catalog.caught_up(shardplane_shard::shard::CATCH_UP).await.resources),
+            None if path.starts_with("/apis/") => parse(path, &self.catalog.caught_up(shardplane_catalog::CATCH_UP).await.resources),
             found => found,
         }
     }

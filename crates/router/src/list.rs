@@ -6,6 +6,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
+use shardplane_http::Query;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::resources::ResourceInfo;
@@ -18,13 +19,11 @@ use shardplane_coordinator::list_merge::{merge, ShardPage};
 /// Query parameters the router sets itself for every shard.
 const OWNED_PARAMS: [&str; 6] = ["resourceVersion", "resourceVersionMatch", "continue", "limit", "watch", "allowWatchBookmarks"];
 
-/// The client's query without the parameters the router sets.
-pub fn passed_query(query: &str, also_drop: &[&str]) -> String {
-    form_urlencoded_filter(query, |k| !OWNED_PARAMS.contains(&k) && !also_drop.contains(&k))
-}
-
-fn form_urlencoded_filter(query: &str, keep: impl Fn(&str) -> bool) -> String {
-    query.split('&').filter(|p| !p.is_empty()).filter(|p| keep(p.split('=').next().unwrap_or(""))).collect::<Vec<_>>().join("&")
+/// The client's query without the parameters the router sets (and `also_drop`), compared by
+/// their decoded names as the shard reads them.
+pub fn passed_query(query: &Query, also_drop: &[&str]) -> String {
+    let names: Vec<&str> = OWNED_PARAMS.iter().chain(also_drop).copied().collect();
+    query.without(&names)
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -170,7 +169,7 @@ async fn read_shard_page(shards: &Shards, url: &str, path_and_query: &str, accep
 }
 
 /// One merged page at `rv` after `after`, or a shard's error answer verbatim.
-pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Result<MergedList, Response<Body>>, ApiError> {
+pub async fn merged_page(shards: &Shards, t: &Target, query: &Query, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Result<MergedList, Response<Body>>, ApiError> {
     let urls = shards.urls();
     let pq = shard_request(t, query, rv, after.as_ref(), limit.map(|l| shard_page_limit(l, urls.len())));
     let accept = headers.get(header::ACCEPT);
@@ -224,7 +223,7 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &str, headers: &Hea
 /// A page from the only shard: its answer as it stands, but for the continue token, which
 /// becomes the router's (with the range-map epoch). Nothing needs merging, so nothing is split:
 /// once the head has arrived and is rewritten, the rest of the shard's body streams through.
-async fn single_shard_page(shards: &Shards, t: &Target, query: &str, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Response<Body>, ApiError> {
+async fn single_shard_page(shards: &Shards, t: &Target, query: &Query, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Response<Body>, ApiError> {
     let url = shards.urls()[0].clone();
     let resp = shards.get_streaming(&url, &shard_request(t, query, rv, after.as_ref(), limit), headers.get(header::ACCEPT), false).await?;
     let status = resp.status();
@@ -261,7 +260,7 @@ async fn single_shard_page(shards: &Shards, t: &Target, query: &str, headers: &H
 
 /// What every shard is asked for a page at `rv`: the client's own parameters, the revision (or,
 /// after `after`, a continue token in the shards' format carrying it) and a limit, if any.
-fn shard_request(t: &Target, query: &str, rv: u64, after: Option<&(String, String)>, limit: Option<u64>) -> String {
+fn shard_request(t: &Target, query: &Query, rv: u64, after: Option<&(String, String)>, limit: Option<u64>) -> String {
     let mut q = passed_query(query, &[]);
     if !q.is_empty() {
         q.push('&');
@@ -308,7 +307,7 @@ pub fn target_path(t: &Target) -> String {
 }
 
 /// A merged LIST.
-pub async fn list(shards: &Shards, t: &Target, o: &ListOptions, query: &str, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
+pub async fn list(shards: &Shards, t: &Target, o: &ListOptions, query: &Query, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
     let (rv, after) = revision_and_start(shards, &t.info, o).await?;
     if o.limit.is_none() && after.is_none() {
         // Unpaged: streamed through the merge, never held whole.

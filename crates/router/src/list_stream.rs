@@ -49,7 +49,7 @@ pub struct EntrySplitter {
     start: usize,
     state: State,
     head: Option<Head>,
-    /// The body is line-framed ([`LIST_FRAMING_HEADER`](shardplane_shard::shard::LIST_FRAMING_HEADER)):
+    /// The body is line-framed ([`LIST_FRAMING_HEADER`](shardplane_http::protocol::LIST_FRAMING_HEADER)):
     /// one entry per line.
     lines: bool,
 }

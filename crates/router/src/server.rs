@@ -3,22 +3,24 @@
 
 use crate::forward::{passthrough, Shards};
 use crate::{list, watch};
-use shardplane_shard::metrics::Metrics;
-use shardplane_shard::server::{labels_for, InflightLimits};
-use shardplane_shard::handlers::{form_value, GENERATED_NAME_HEADER};
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::State;
 use axum::http::{header, HeaderValue, Method, Response, StatusCode};
+use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
 use serde_json::Value;
 use shardplane_apimachinery::list_options::ListOptions;
 use shardplane_apimachinery::meta;
 use shardplane_apimachinery::{request_path, ApiError};
+use shardplane_http::limits::InflightLimits;
+use shardplane_http::metrics::Metrics;
+use shardplane_http::protocol::GENERATED_NAME_HEADER;
+use shardplane_http::request::prologue;
+use shardplane_http::{body, Api, Reply, RequestContext, Surface};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 /// What a router needs to start.
 #[derive(Clone, Debug)]
@@ -36,11 +38,21 @@ pub struct RouterConfig {
     pub storage_contract: shardplane_storage::StorageContract,
 }
 
-/// Per-router state besides the shards: the in-flight bound on fan-out and the metrics.
+/// The router's state: the shards and its request surface (seats on fan-out, metrics).
+#[derive(Clone)]
 struct Front {
     shards: Arc<Shards>,
-    limits: InflightLimits,
-    metrics: Metrics,
+    surface: Surface,
+}
+
+impl Api for Front {
+    fn surface(&self) -> &Surface {
+        &self.surface
+    }
+
+    async fn target(&self, path: &str) -> Option<request_path::Target> {
+        self.shards.target(path).await
+    }
 }
 
 /// Connects to the main store at `endpoints` and to each store `contract` names.
@@ -60,89 +72,60 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
 
 /// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`.
 pub async fn serve_shards(shards: Arc<Shards>, listen: SocketAddr, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
-    // The router bounds what it fans out like a shard bounds what it serves (upstream defaults).
     let count = shards.urls().len();
-    let front = Arc::new(Front { shards, limits: InflightLimits::new(400, 200), metrics: Metrics::new() });
-    let app = Router::new().fallback(dispatch).with_state(front.clone());
+    // The router bounds what it fans out as a shard bounds what it serves (upstream defaults).
+    let front = Front { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() } };
+    let app = routes(front.clone());
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
-    crate::membership::start(front.shards.clone(), format!("router-{}", listener.local_addr()?), front.metrics.registry(), shutdown.clone());
+    crate::membership::start(front.shards.clone(), format!("router-{}", listener.local_addr()?), front.surface.metrics.registry(), shutdown.clone());
     axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 
-fn error(e: &ApiError) -> Response<Body> {
-    let mut r = Response::new(Body::from(e.to_json()));
-    *r.status_mut() = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+/// The router's routes: its own health and metrics; every other path is a resource to route,
+/// or (naming none: discovery, OpenAPI, `/version`) the same on every shard and asked of one.
+fn routes(front: Front) -> Router {
+    let mut r = Router::new();
+    for (path, route) in [("/healthz", get(health)), ("/livez", get(health)), ("/readyz", get(readyz)), ("/metrics", get(metrics))] {
+        let route = route.fallback(route_request);
+        r = r.route(&format!("{path}/"), route.clone()).route(path, route);
+    }
+    r.fallback(route_request).layer(axum::middleware::from_fn_with_state(front.clone(), prologue::<Front>)).with_state(front)
+}
+
+async fn health() -> Response<Body> {
+    body::text(StatusCode::OK, "ok")
+}
+
+/// Ready once every shard is.
+async fn readyz(State(front): State<Front>) -> Response<Body> {
+    for u in front.shards.urls() {
+        let ok = front.shards.http.get(format!("{u}/readyz")).send().await.is_ok_and(|r| r.status().is_success());
+        if !ok {
+            return body::text(StatusCode::INTERNAL_SERVER_ERROR, format!("[-]shard {u} not ready\nreadyz check failed"));
+        }
+    }
+    body::text(StatusCode::OK, "ok")
+}
+
+async fn metrics(State(front): State<Front>) -> Response<Body> {
+    let mut r = Response::new(Body::from(front.surface.metrics.render()));
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     r
 }
 
-async fn dispatch(State(front): State<Arc<Front>>, req: Request) -> Response<Body> {
-    let method = req.method().clone();
-    let path = req.uri().path().to_owned();
-    let query = req.uri().query().unwrap_or("").to_owned();
-    let shards = front.shards.clone();
-    if method == Method::GET && path == "/metrics" {
-        let mut r = Response::new(Body::from(front.metrics.render()));
-        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
-        return r;
-    }
-    let target = shards.target(&path).await;
-    let watch = target.as_ref().is_some_and(|t| t.name.is_none()) && method == Method::GET && form_value(&query, "watch").is_some_and(|v| matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"));
-    let (verb, group, version, resource, sub, scope) = labels_for(&method, target.as_ref(), watch);
-    let started = std::time::Instant::now();
-    let _permit = match front.limits.admit(&method, watch) {
-        Ok(p) => p,
-        Err(e) => return error(&e),
-    };
-    let span = tracing::info_span!("route", %method, %path);
-    let metrics = front.metrics.clone();
-    let route_target = target.clone();
-    let resp = async move {
-        let (parts, body) = req.into_parts();
-        let body = match axum::body::to_bytes(body, 3 * 1024 * 1024 + 1).await {
-            Ok(b) if b.len() <= 3 * 1024 * 1024 => b,
-            _ => return error(&ApiError::too_large(3 * 1024 * 1024)),
-        };
-        match route(&shards, &metrics, &method, &path, &query, &parts.headers, body, route_target).await {
-            Ok(r) => r,
-            Err(e) => error(&e),
-        }
-    }
-    .instrument(span)
-    .await;
-    if !resource.is_empty() {
-        let code = resp.status().as_u16().to_string();
-        front.metrics.requests.with_label_values(&[&verb, &group, &version, &resource, &sub, &scope, "apiserver", &code]).inc();
-        if !watch {
-            front.metrics.duration.with_label_values(&[&verb, &group, &version, &resource, &sub, &scope, "apiserver"]).observe(started.elapsed().as_secs_f64());
-        }
-    }
-    resp
+async fn route_request(State(front): State<Front>, ctx: RequestContext) -> Reply {
+    Ok(route(&front, ctx).await?)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &str, query: &str, headers: &axum::http::HeaderMap, body: Bytes, target: Option<request_path::Target>) -> Result<Response<Body>, ApiError> {
-    let pq = if query.is_empty() { path.to_owned() } else { format!("{path}?{query}") };
-    match path.trim_end_matches('/') {
-        "/healthz" | "/livez" => return Ok(Response::new(Body::from("ok"))),
-        "/readyz" => {
-            for u in shards.urls() {
-                let ok = shards.http.get(format!("{u}/readyz")).send().await.is_ok_and(|r| r.status().is_success());
-                if !ok {
-                    let mut r = Response::new(Body::from(format!("[-]shard {u} not ready\nreadyz check failed")));
-                    *r.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
-                    return Ok(r);
-                }
-            }
-            return Ok(Response::new(Body::from("ok")));
-        }
-        _ => {}
-    }
-    let Some(t) = target else {
+async fn route(front: &Front, ctx: RequestContext) -> Result<Response<Body>, ApiError> {
+    let shards = &front.shards;
+    let pq = ctx.path_and_query();
+    let (method, headers, query) = (&ctx.method, &ctx.headers, ctx.query.raw());
+    let Some(t) = ctx.target.clone() else {
         // Discovery, OpenAPI and /version are the same on every shard.
-        return shards.forward(&shards.urls()[0], method, &pq, headers, body).await;
+        return shards.forward(&shards.urls()[0], method, &pq, headers, ctx.body.clone()).await;
     };
     let ns = t.namespace.clone().unwrap_or_default();
     match (method, t.name.as_deref()) {
@@ -150,23 +133,15 @@ async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &
             let o = ListOptions::parse(query, &t.info)?;
             if o.watch {
                 // apiserver_registered_watchers counts the router's client watches while they run.
-                let gauge = metrics.watchers.with_label_values(&[&t.info.group, &t.info.version, &t.info.kind]);
-                shards.routed(|| watch::watch(shards.clone(), t.clone(), o.clone(), query, headers, gauge.clone())).await
+                let gauge = front.surface.metrics.watchers.with_label_values(&[&t.info.group, &t.info.version, &t.info.kind]);
+                shards.routed(|| watch::watch(shards.clone(), t.clone(), o.clone(), &ctx.query, headers, gauge.clone())).await
             } else {
-                shards.routed(|| list::list(shards, &t, &o, query, headers)).await
+                shards.routed(|| list::list(shards, &t, &o, &ctx.query, headers)).await
             }
         }
         (&Method::POST, None) => {
             // The name decides the shard: read it (or pick it for generateName) first.
-            let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-            let media = ct.split(';').next().unwrap_or("").trim();
-            let obj: Value = if media == shardplane_apimachinery::protobuf::CONTENT_TYPE {
-                shardplane_apimachinery::protobuf::decode(&body)?
-            } else if !matches!(media, "application/json" | "" | "*/*") {
-                return Err(ApiError::unsupported_media_type(ct));
-            } else {
-                serde_json::from_slice(&body).map_err(|e| ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}")))?
-            };
+            let obj = body::decode_object(headers, &ctx.body)?;
             // The body goes on as the client sent it (the shard validates its exact bytes, e.g.
             // duplicate fields); a name picked here for generateName travels in a header.
             let mut fwd_headers = headers.clone();
@@ -175,16 +150,20 @@ async fn route(shards: &Arc<Shards>, metrics: &Metrics, method: &Method, path: &
                 let prefix = meta::meta_str(&obj, "generateName").to_owned();
                 if !prefix.is_empty() {
                     name = meta::generate_name(&prefix);
-                    fwd_headers.insert(GENERATED_NAME_HEADER, HeaderValue::from_str(&name).expect("generated names are header-safe"));
+                    // A prefix no header can carry is no valid name either: the shard refuses
+                    // it (422) whichever shard it reaches.
+                    if let Ok(v) = HeaderValue::from_str(&name) {
+                        fwd_headers.insert(GENERATED_NAME_HEADER, v);
+                    }
                 }
             }
-            shards.routed(|| shards.forward_to_owner(&t.info, &ns, &name, method, &pq, &fwd_headers, body.clone())).await
+            shards.routed(|| shards.forward_to_owner(&t.info, &ns, &name, method, &pq, &fwd_headers, ctx.body.clone())).await
         }
         (&Method::DELETE, None) => {
             // Every shard deletes what it owns; the answer lists everything deleted.
-            shards.routed(|| delete_collection(shards, &pq, headers, body.clone())).await
+            shards.routed(|| delete_collection(shards, &pq, headers, ctx.body.clone())).await
         }
-        (_, Some(name)) => shards.routed(|| shards.forward_to_owner(&t.info, &ns, name, method, &pq, headers, body.clone())).await,
+        (_, Some(name)) => shards.routed(|| shards.forward_to_owner(&t.info, &ns, name, method, &pq, headers, ctx.body.clone())).await,
         (m, None) => Err(ApiError::method_not_allowed(&m.as_str().to_ascii_lowercase(), &t.info.group, &t.info.plural)),
     }
 }

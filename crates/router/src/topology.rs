@@ -61,7 +61,7 @@ async fn spawn_shard(launch: &ShardLaunch, i: usize, range: HashRange) -> std::i
         .args(["--etcd-endpoints", &launch.etcd_endpoints.join(","), "--listen", "127.0.0.1:0", "--range", &range.to_string(), "--id", &shard_id(i)])
         .args(&launch.shard_args)
         .args(launch.storage_config.iter().flat_map(|(path, _)| [std::ffi::OsStr::new("--storage-config"), path.as_os_str()]))
-        .env(shardplane_shard::cli::EXIT_WITH_STDIN, "1")
+        .env(shardplane_http::protocol::EXIT_WITH_STDIN, "1")
         .stdin(Stdio::piped()) // held open by the Child; closes when this process dies
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

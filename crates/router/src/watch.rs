@@ -18,9 +18,10 @@ use shardplane_apimachinery::list_options::{ListOptions, WatchStart};
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::watch_event;
 use shardplane_apimachinery::ApiError;
-use shardplane_shard::handlers::{form_value, View};
-use shardplane_shard::table;
-use shardplane_shard::watch as shard_watch;
+use shardplane_http::negotiation::View;
+use shardplane_http::protocol;
+use shardplane_http::watch_frame::{event, watch_timeout};
+use shardplane_http::Query;
 use prometheus::IntGauge;
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,20 +61,15 @@ impl Source {
 
 /// Serves a merged WATCH.
 /// `registered` is the client's `apiserver_registered_watchers` gauge, raised while the watch runs.
-pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, headers: &HeaderMap, registered: IntGauge) -> Result<Response<Body>, ApiError> {
+pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &Query, headers: &HeaderMap, registered: IntGauge) -> Result<Response<Body>, ApiError> {
     // The client's representation (JSON, Table, PartialObjectMetadata): the shards render live
     // events in it; the initial state, read as JSON, is rendered here the same way.
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let view = View {
-        repr: table::negotiate(headers).ok_or_else(|| ApiError::not_acceptable(accept))?,
-        include: table::IncludeObject::parse(form_value(query, "includeObject").as_deref())?,
-        lines: false,
-    };
+    let view = View { lines: false, ..View::of_request(headers, query)? };
     let spec = UpstreamSpec {
         path: target_path(&t),
         query: passed_query(query, &PER_CLIENT),
         accept: headers.get(header::ACCEPT).cloned(),
-        progress_path: format!("/shardplane/v1/progress?group={}&resource={}", t.info.group, t.info.plural),
+        progress_path: format!("{}?group={}&resource={}", protocol::PROGRESS_PATH, t.info.group, t.info.plural),
         resource: (t.info.group.clone(), t.info.plural.clone()),
     };
     // Where the client's changes start, and the initial state (read at that one revision).
@@ -83,7 +79,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
             let (rv, _) = revision_and_start(&shards, &t.info, &ListOptions { continue_token: None, limit: None, ..o.clone() }).await?;
             let mut json_only = headers.clone();
             json_only.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
-            let list_query = passed_query(query, &["sendInitialEvents", "timeoutSeconds", "progressBookmarks"]);
+            let list_query = Query::parse(&query.without(&["sendInitialEvents", "timeoutSeconds", "progressBookmarks"]));
             match merged_page(&shards, &t, &list_query, &json_only, rv, None, None).await? {
                 Err(shard_error) => return Ok(shard_error),
                 Ok(page) => (rv, Some(page.entries)),
@@ -106,7 +102,7 @@ pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &str, 
         allow_bookmarks: o.allow_bookmarks,
         initial_end: matches!(o.watch_start(), WatchStart::InitialEvents(_)) && o.allow_bookmarks,
         every: shards.bookmark_interval,
-        timeout: shard_watch::watch_timeout(o.timeout_seconds, Duration::from_secs(1800)),
+        timeout: watch_timeout(o.timeout_seconds, Duration::from_secs(1800)),
         _registered: Registered::new(registered),
     };
     tokio::spawn(client.run(initial, source, tx));
@@ -154,7 +150,7 @@ impl Client {
         if let Some(items) = initial {
             for item in &items {
                 let rv = serde_json::from_slice::<ObjectRv>(item).ok().and_then(|o| o.metadata.resource_version.parse().ok()).unwrap_or(self.start);
-                if tx.send(shard_watch::event(&self.info, self.view, "ADDED", item, rv)).await.is_err() {
+                if tx.send(event(&self.info, self.view, "ADDED", item, rv)).await.is_err() {
                     return;
                 }
             }

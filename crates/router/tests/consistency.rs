@@ -4,43 +4,21 @@
 //! LIST at revision R equals etcd's range read at R; paging 2,000 objects while writes continue
 //! yields etcd's state at the first page's RV, each object once (I4).
 
-#[path = "../../../shards/tests/common/mod.rs"]
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use serde_json::{json, Value};
 use shardplane_keyspace::{etcd_layout, HashRange, RangeSet};
-use shardplane_storage::{Storage, WatchItem};
+use shardplane_storage::Storage;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 const CM: &str = "/api/v1/namespaces/demo/configmaps";
 const T: Duration = Duration::from_secs(20);
 
-fn rv(v: &Value) -> u64 {
-    v["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
-}
 
 /// (type, name, rv) of every configmap change in etcd after `from`, up to `to`.
 async fn etcd_history(storage: &Storage, from: u64, to: u64) -> Vec<(String, String, u64)> {
-    let (start, end) = etcd_layout::range_keys("", "configmaps", HashRange::FULL);
-    let mut w = storage.watch_range(&start, &end, from).await.unwrap();
-    let mut out = Vec::new();
-    while out.last().is_none_or(|(_, _, r): &(String, String, u64)| *r < to) {
-        match tokio::time::timeout(T, w.next()).await.expect("etcd history in time").unwrap() {
-            Some(WatchItem::Events(evs)) => {
-                for e in evs {
-                    let (_, _, name) = etcd_layout::parse_object_key("", "configmaps", &e.kv.key).unwrap();
-                    let kind = if e.deleted { "DELETED" } else if e.kv.create_revision == e.kv.mod_revision { "ADDED" } else { "MODIFIED" };
-                    out.push((kind.to_owned(), name.to_owned(), e.revision));
-                }
-            }
-            Some(WatchItem::Progress(r)) if r >= to => break,
-            Some(WatchItem::Progress(_)) => {}
-            None => panic!("etcd watch ended"),
-        }
-    }
-    out
+    shardplane_testkit::etcd_history(storage, "", "configmaps", from, to).await.into_iter().map(|e| (e.kind.to_owned(), e.name, e.rv)).collect()
 }
 
 /// Reads a watcher until it has delivered every change up to `to`.

@@ -2,10 +2,8 @@
 //! reach the owner, LISTs are one snapshot in (namespace, name) order, paging yields every object
 //! once at one RV, and a merged watch delivers every change in strictly increasing RV order.
 
-#[path = "../../../shards/tests/common/mod.rs"]
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use serde_json::{json, Value};
 use shardplane_keyspace::{HashRange, RangeSet};
 use std::time::Duration;
@@ -31,9 +29,6 @@ async fn cluster(k: u32) -> Cluster {
     Cluster { _etcd: etcd, shards, router }
 }
 
-fn rv(v: &Value) -> u64 {
-    v["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
-}
 
 fn names(list: &Value) -> Vec<String> {
     list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap().to_owned()).collect()

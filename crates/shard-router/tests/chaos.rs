@@ -6,15 +6,13 @@
 //! etcd's own history of what it watches (no loss, no duplicate, strictly increasing RV), every
 //! acknowledged write must be in that history, and a LIST through the router must equal etcd.
 
-#[path = "../../../shards/tests/common/mod.rs"]
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use serde_json::Value;
 use shardplane_coordinator::rebalance::{self, Config};
 use shardplane_keyspace::etcd_layout::{parse_object_key, prefix_end, resource_prefix};
 use shardplane_keyspace::HashRange;
-use shardplane_storage::{Storage, WatchItem};
+use shardplane_storage::Storage;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -173,42 +171,10 @@ async fn writer(router: String, t: usize, acked: Acked, attempts: Arc<std::sync:
 }
 
 /// etcd's own history of the ConfigMaps after `after` up to `to`: (type, namespace, name, RV,
-/// writer label), read from etcd's watch with the previous values.
+/// writer label).
 async fn etcd_history(storage: &Storage, after: u64, to: u64) -> Vec<(String, String, String, u64, String)> {
-    let prefix = resource_prefix("", "configmaps");
-    let mut watch = storage.watch_range(prefix.as_bytes(), &prefix_end(prefix.as_bytes()), after).await.unwrap();
-    let mut out = Vec::new();
-    let writer_of = |bytes: &[u8]| serde_json::from_slice::<Value>(bytes).ok().and_then(|v| v["metadata"]["labels"]["writer"].as_str().map(str::to_owned)).unwrap_or_default();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        assert!(Instant::now() < deadline, "etcd's history did not reach {to}");
-        let item = tokio::select! {
-            item = watch.next() => item.unwrap(),
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                watch.request_progress().await.unwrap();
-                continue;
-            }
-        };
-        match item {
-            Some(WatchItem::Events(events)) => {
-                for e in events {
-                    if e.revision > to {
-                        return out;
-                    }
-                    let (_, ns, name) = parse_object_key("", "configmaps", &e.kv.key).expect("a ConfigMap key");
-                    let (kind, writer) = match (&e.prev, e.deleted) {
-                        (Some(p), true) => ("DELETED", writer_of(&p.value)),
-                        (Some(_), false) => ("MODIFIED", writer_of(&e.kv.value)),
-                        (None, _) => ("ADDED", writer_of(&e.kv.value)),
-                    };
-                    out.push((kind.to_owned(), ns.to_owned(), name.to_owned(), e.revision, writer));
-                }
-            }
-            Some(WatchItem::Progress(r)) if r >= to => return out,
-            Some(WatchItem::Progress(_)) => {}
-            None => panic!("etcd watch ended"),
-        }
-    }
+    let writer_of = |o: &Value| o["metadata"]["labels"]["writer"].as_str().unwrap_or_default().to_owned();
+    shardplane_testkit::etcd_history(storage, "", "configmaps", after, to).await.into_iter().map(|e| (e.kind.to_owned(), e.namespace, e.name, e.rv, writer_of(&e.object))).collect()
 }
 
 /// Waits until the map has no move in flight and `done` holds of it.

@@ -2,7 +2,6 @@
 //! tmpfs, or, with `SHARDPLANE_STORE=embedded`, the router's embedded etcd-compatible store
 //! (RFC 0007), so every suite can run against either.
 
-#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::PathBuf;

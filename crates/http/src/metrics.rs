@@ -1,7 +1,11 @@
-//! Prometheus metrics with upstream's names where one exists.
+//! Prometheus metrics with upstream's names where one exists, and the bounded label set of a
+//! request (verb, group, version, resource, subresource, scope: never a name or a raw path).
 
 use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use axum::http::Method;
+use shardplane_apimachinery::request_path::Target;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Set by binaries whose global allocator is jemalloc: only then is its `stats.allocated` the
 /// process heap (test binaries use the system allocator and report no heap gauge).
@@ -32,7 +36,7 @@ pub fn resident_memory_bytes() -> Option<u64> {
     Some(pages * 4096)
 }
 
-/// The shard's metrics.
+/// A process's metrics (shard or router: the router leaves the cache gauges empty).
 #[derive(Clone)]
 pub struct Metrics {
     registry: Registry,
@@ -89,12 +93,21 @@ impl Metrics {
         Self { registry, requests, duration, storage_objects, cache_bytes, watch_events, watchers, terminated_watchers, resident, heap }
     }
 
-    /// The text exposition.
     /// The registry, for other parts of the process to add their metrics to.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }
 
+    /// Counts one answered request and, unless it was a watch, its latency.
+    pub fn observe(&self, l: &RequestLabels, code: u16, took: Option<Duration>) {
+        let code = code.to_string();
+        self.requests.with_label_values(&[&l.verb, &l.group, &l.version, &l.resource, &l.subresource, l.scope, "apiserver", &code]).inc();
+        if let Some(took) = took {
+            self.duration.with_label_values(&[&l.verb, &l.group, &l.version, &l.resource, &l.subresource, l.scope, "apiserver"]).observe(took.as_secs_f64());
+        }
+    }
+
+    /// The text exposition.
     pub fn render(&self) -> Vec<u8> {
         if let Some(b) = resident_memory_bytes() {
             self.resident.set(b as i64);
@@ -105,6 +118,45 @@ impl Metrics {
         let mut out = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut out).expect("encode metrics");
         out
+    }
+}
+
+/// Subresource names Kubernetes serves; any other is labelled `other`.
+const SUBRESOURCES: [&str; 14] = ["status", "scale", "finalize", "binding", "eviction", "log", "exec", "attach", "portforward", "proxy", "ephemeralcontainers", "resize", "token", "approval"];
+
+/// The upstream metric labels of a request. Every value comes from the served-resource table or
+/// a fixed set, so a client cannot grow the label space.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub scope: &'static str,
+}
+
+impl RequestLabels {
+    /// The labels of `method` on `target` (a request naming no resource is labelled by its
+    /// method alone).
+    pub fn of(method: &Method, target: Option<&Target>, watch: bool) -> Self {
+        let Some(t) = target else { return RequestLabels { verb: method.as_str().to_owned(), ..Default::default() } };
+        let verb = match (method.as_str(), t.name.is_some(), watch) {
+            ("GET", _, true) => "WATCH",
+            ("GET", false, _) => "LIST",
+            ("GET", true, _) => "GET",
+            ("DELETE", false, _) => "DELETECOLLECTION",
+            (m, _, _) => m,
+        };
+        let scope = if t.name.is_some() { "resource" } else if t.namespace.is_some() { "namespace" } else { "cluster" };
+        // The path parser takes any last segment for a subresource; only Kubernetes' own names
+        // become label values.
+        let subresource = match t.subresource.as_deref() {
+            None => "",
+            Some(s) if SUBRESOURCES.contains(&s) => s,
+            Some(_) => "other",
+        };
+        RequestLabels { verb: verb.to_owned(), group: t.info.group.to_owned(), version: t.info.version.to_owned(), resource: t.info.plural.to_owned(), subresource: subresource.to_owned(), scope }
     }
 }
 

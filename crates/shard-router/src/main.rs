@@ -55,7 +55,7 @@ struct Args {
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
-    shardplane_shard::metrics::heap_is_jemalloc();
+    shardplane_http::metrics::heap_is_jemalloc();
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some("shard") {
         // A child shard process.

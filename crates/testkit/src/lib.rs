@@ -1,7 +1,14 @@
-//! Test harness: a real etcd process per test (free loopback port, data on tmpfs) and shards
-//! served in-process on free ports. Everything is torn down on drop.
-
-#![allow(dead_code)]
+//! # shardplane-testkit
+//!
+//! Owns the test harness every suite, benchmark and chaos test shares (a dev-dependency only):
+//! the store a test talks to ([`Etcd`]: a real etcd 3.5 process on a free loopback port with
+//! its data on tmpfs, or the embedded store), shards and routers served in-process on free
+//! ports ([`TestShard`], with `SHARDPLANE_ROUTER_SHARDS=K` a router over K shards), kubectl
+//! ([`Kubectl`]), watch readers, and etcd's own history of a resource to compare streams with
+//! ([`etcd_history`]). Everything is torn down on drop.
+//!
+//! It must never stand in for etcd or a client: what it starts is the real thing, and it only
+//! waits on conditions with deadlines.
 
 use serde_json::Value;
 use shardplane_keyspace::RangeSet;
@@ -11,15 +18,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-/// A running etcd.
-#[path = "etcd.rs"]
 mod etcd;
-pub use etcd::*;
-
-/// kubectl against a test server.
-#[path = "kubectl.rs"]
+mod history;
 mod kubectl;
-#[allow(unused_imports)]
+
+pub use etcd::*;
+pub use history::*;
 pub use kubectl::*;
 
 /// A shard served in-process (or, with `SHARDPLANE_ROUTER_SHARDS=K`, a router in front of K).
@@ -226,7 +230,12 @@ impl WatchReader {
     }
 }
 
-/// A watch event's resourceVersion as a number (0 if it has none).
+/// An object's resourceVersion as a number (panics on an object without one: a test's bug).
+pub fn rv(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"].as_str().expect("resourceVersion").parse().expect("integer RV")
+}
+
+/// A watch event's object's resourceVersion (0 when it has none).
 pub fn event_rv(e: &Value) -> u64 {
     e["object"]["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0)
 }

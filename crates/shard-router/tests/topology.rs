@@ -2,10 +2,8 @@
 //! binary, writes a kubeconfig kubectl can use, restarts a shard that dies, and leaves nothing
 //! running after SIGTERM.
 
-#[path = "../../../shards/tests/common/mod.rs"]
-mod common;
 
-use common::*;
+use shardplane_testkit::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,71 +1,11 @@
-//! `as=Table` responses (meta.k8s.io/v1 and v1beta1) with upstream's printer columns for pods,
-//! deployments, namespaces, configmaps and services, and each custom resource's
-//! `additionalPrinterColumns`; other kinds get Name and Age.
+//! Server-side printing: `as=Table` responses (meta.k8s.io/v1 and v1beta1) with upstream's
+//! printer columns for pods, deployments, namespaces, configmaps and services, and each custom
+//! resource's `additionalPrinterColumns` (other kinds get Name and Age), and PartialObjectMetadata.
 
-use axum::http::HeaderMap;
+use crate::negotiation::IncludeObject;
 use serde_json::{json, Value};
 use shardplane_apimachinery::crd::CustomVersion;
 use shardplane_apimachinery::resources::ResourceInfo;
-
-/// Which representation the client asked for first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Representation {
-    Json,
-    /// A Table of this meta.k8s.io version.
-    Table(&'static str),
-    /// PartialObjectMetadata of this meta.k8s.io version; `list` when the client asked for
-    /// PartialObjectMetadataList (upstream answers 406 when that does not match the response).
-    Metadata { version: &'static str, list: bool },
-}
-
-/// Reads the Accept header in order: the first media range we can serve wins.
-pub fn negotiate(headers: &HeaderMap) -> Option<Representation> {
-    let Some(accept) = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()) else { return Some(Representation::Json) };
-    for range in accept.split(',') {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("");
-        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).collect();
-        let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
-        match (media, param("as")) {
-            ("application/json" | "*/*" | "application/*", Some("Table")) if param("g") == Some("meta.k8s.io") => match param("v") {
-                Some("v1") => return Some(Representation::Table("v1")),
-                Some("v1beta1") => return Some(Representation::Table("v1beta1")),
-                _ => {}
-            },
-            ("application/json" | "*/*" | "application/*", Some(kind @ ("PartialObjectMetadata" | "PartialObjectMetadataList"))) if param("g") == Some("meta.k8s.io") => {
-                let list = kind == "PartialObjectMetadataList";
-                match param("v") {
-                    Some("v1") => return Some(Representation::Metadata { version: "v1", list }),
-                    Some("v1beta1") => return Some(Representation::Metadata { version: "v1beta1", list }),
-                    _ => {}
-                }
-            }
-            ("application/json" | "application/yaml" | "*/*" | "application/*", None) => return Some(Representation::Json),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// `includeObject`: what each row carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IncludeObject {
-    None,
-    Metadata,
-    Object,
-}
-
-impl IncludeObject {
-    /// Parses the query parameter (default Metadata).
-    pub fn parse(v: Option<&str>) -> Result<Self, shardplane_apimachinery::ApiError> {
-        match v.unwrap_or("") {
-            "" | "Metadata" => Ok(Self::Metadata),
-            "None" => Ok(Self::None),
-            "Object" => Ok(Self::Object),
-            other => Err(shardplane_apimachinery::ApiError::bad_request(format!("includeObject: Unsupported value: {other:?}: supported values: \"Metadata\", \"None\", \"Object\""))),
-        }
-    }
-}
 
 fn col(name: &str, ty: &str, format: &str, description: &str, priority: u8) -> Value {
     json!({"name": name, "type": ty, "format": format, "description": description, "priority": priority})
@@ -361,21 +301,5 @@ mod tests {
         assert_eq!(json_path(&o, ".spec.agents[1].name"), Some(&json!("b")));
         assert_eq!(json_path(&o, ".spec.missing"), None);
         assert_eq!(json_path(&o, ".spec.agents[7].name"), None);
-    }
-
-    #[test]
-    fn negotiation_follows_accept_order() {
-        let h = |a: &str| {
-            let mut m = HeaderMap::new();
-            m.insert(axum::http::header::ACCEPT, a.parse().unwrap());
-            negotiate(&m)
-        };
-        assert_eq!(h("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"), Some(Representation::Table("v1")));
-        assert_eq!(h("application/json;as=Table;v=v1beta1;g=meta.k8s.io"), Some(Representation::Table("v1beta1")));
-        assert_eq!(h("application/json, */*"), Some(Representation::Json));
-        assert_eq!(h("application/vnd.kubernetes.protobuf,application/json"), Some(Representation::Json));
-        assert_eq!(h("application/vnd.kubernetes.protobuf"), None);
-        assert_eq!(h("application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io"), Some(Representation::Metadata { version: "v1", list: true }));
-        assert_eq!(h("application/json;as=Other;v=v1;g=meta.k8s.io"), None);
     }
 }

@@ -1,5 +1,6 @@
-//! Request bodies and responses: content negotiation, JSON decoding with upstream's errors,
-//! and the `Status`/object/list responses.
+//! Request bodies and responses: reading a body within upstream's limit, decoding it (JSON, or
+//! Kubernetes protobuf as client-go sends it) with upstream's errors, and the JSON, text and
+//! `Status` responses with every header upstream sends on them.
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
@@ -7,11 +8,18 @@ use bytes::Bytes;
 use serde_json::Value;
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::ApiError;
-use shardplane_watchcache::CachedObject;
-use std::sync::Arc;
 
 /// Upstream's request body limit (3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
+
+/// Reads a whole request body, refusing one past [`MAX_BODY`] with 413 as upstream.
+pub async fn read(body: Body) -> Result<Bytes, ApiError> {
+    match axum::body::to_bytes(body, MAX_BODY + 1).await {
+        Ok(b) if b.len() <= MAX_BODY => Ok(b),
+        // Past the limit, or the body could not be read (the limit is what cut it short).
+        _ => Err(ApiError::too_large(MAX_BODY)),
+    }
+}
 
 /// A JSON response.
 pub fn json(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
@@ -21,7 +29,20 @@ pub fn json(code: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     r
 }
 
-/// A `Status` error response.
+/// A JSON response of a value.
+pub fn json_value(code: StatusCode, v: &Value) -> Response<Body> {
+    json(code, serde_json::to_vec(v).expect("a JSON value serializes"))
+}
+
+/// A plain-text response (health checks).
+pub fn text(code: StatusCode, s: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Body::from(s.into()));
+    *r.status_mut() = code;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+/// A `Status` error response, with `Retry-After` when the Status carries one (429, 503, 504).
 pub fn error(e: &ApiError) -> Response<Body> {
     let mut r = json(StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), e.to_json());
     if let Some(s) = e.details.as_ref().and_then(|d| d.retry_after_seconds) {
@@ -30,8 +51,8 @@ pub fn error(e: &ApiError) -> Response<Body> {
     r
 }
 
-/// Decodes a request body (JSON, or Kubernetes protobuf as client-go sends it) into a JSON
-/// object, refusing other media types with 415.
+/// Decodes a request body (JSON, or Kubernetes protobuf) into a JSON object, refusing other
+/// media types with 415.
 pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let media = ct.split(';').next().unwrap_or("").trim();
@@ -77,38 +98,4 @@ pub fn served<'a>(info: &ResourceInfo, bytes: &'a [u8]) -> std::borrow::Cow<'a, 
         Some(_) => shardplane_apimachinery::encode::in_version(bytes, &info.api_version()),
         None => std::borrow::Cow::Borrowed(bytes),
     }
-}
-
-/// Serializes a list response from cached bytes without re-encoding the items; with `lines`,
-/// each item on a line of its own (cached bytes are compact JSON, which has no raw newline).
-pub fn list(info: &ResourceInfo, rv: u64, continue_token: Option<&str>, remaining: Option<u64>, shard_info: Option<&str>, items: &[Arc<CachedObject>], lines: bool) -> Bytes {
-    let mut meta = serde_json::Map::new();
-    meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
-    if let Some(c) = continue_token {
-        meta.insert("continue".into(), Value::String(c.to_owned()));
-    }
-    if let Some(r) = remaining {
-        meta.insert("remainingItemCount".into(), Value::from(r));
-    }
-    if let Some(s) = shard_info {
-        meta.insert("shardInfo".into(), serde_json::json!({ "selector": s }));
-    }
-    let head = serde_json::json!({"kind": info.list_kind, "apiVersion": info.api_version(), "metadata": meta});
-    let mut out = shardplane_apimachinery::encode::object_bytes(&head);
-    out.pop(); // reopen the object
-    out.extend_from_slice(b",\"items\":[");
-    for (i, o) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        if lines {
-            out.push(b'\n');
-        }
-        out.extend_from_slice(&served(info, &o.bytes));
-    }
-    if lines {
-        out.push(b'\n');
-    }
-    out.extend_from_slice(b"]}");
-    Bytes::from(out)
 }

@@ -3,11 +3,12 @@
 //! and watches from old revisions go to both through etcd-client, and every answer and every
 //! event stream must be the same. The embedded store is reached over a unix socket with the
 //! storage crate's connector, so that path is under the same test.
+//!
+//! It lives with the harness rather than in `shardplane-kvstore`, because it needs both stores
+//! the harness starts, and the harness depends on the store: a test of the store's own crate
+//! using it would make a dependency cycle.
 
-#[path = "../../../shards/tests/common/etcd.rs"]
-mod etcd;
-
-use etcd::Etcd;
+use shardplane_testkit::Etcd;
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, EventType, GetOptions, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse, WatchOptions};
 use proptest::prelude::*;
 use std::time::Duration;

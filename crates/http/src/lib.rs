@@ -1,0 +1,26 @@
+//! # shardplane-http
+//!
+//! Owns the Kubernetes HTTP surface that a shard and a router both serve: the one query parser
+//! ([`query`]), the request prologue (span, in-flight seats, body limit, `Status` errors,
+//! request metrics: [`request`], [`limits`], [`metrics`]), request bodies and responses
+//! ([`body`]), content negotiation and the representations (JSON, Table, PartialObjectMetadata:
+//! [`negotiation`], [`printing`]), watch-event framing ([`watch_frame`]), the discovery documents
+//! ([`discovery`]), and the router↔shard protocol ([`protocol`]).
+//!
+//! It must never hold objects, talk to storage or know where a key lives: it turns HTTP into
+//! parsed requests and answers into HTTP, so that the shard and the router can never read a
+//! request, or write an answer, differently.
+
+pub mod body;
+pub mod discovery;
+pub mod limits;
+pub mod metrics;
+pub mod negotiation;
+pub mod printing;
+pub mod protocol;
+pub mod query;
+pub mod request;
+pub mod watch_frame;
+
+pub use query::Query;
+pub use request::{Api, Failure, Reply, RequestContext, Surface};

@@ -1,0 +1,144 @@
+//! The prologue and epilogue every API request goes through, on a shard and on a router alike,
+//! as one axum middleware ([`prologue`]): one query parse, the resource the path names, the
+//! request's metric labels, a tracing span, an in-flight seat (429 with Retry-After past the
+//! bound), the body read within upstream's limit (413), then the route's handler, which takes the
+//! parsed request as a [`RequestContext`] and answers a [`Reply`] (errors become `Status`
+//! responses); last `apiserver_request_total` and `apiserver_request_duration_seconds`.
+
+use crate::body;
+use crate::limits::InflightLimits;
+use crate::metrics::{Metrics, RequestLabels};
+use crate::query::Query;
+use axum::body::Body;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method, Response};
+use axum::middleware::Next;
+use axum::response::IntoResponse;
+use bytes::Bytes;
+use shardplane_apimachinery::request_path::Target;
+use shardplane_apimachinery::ApiError;
+use std::future::Future;
+use std::time::Instant;
+use tracing::Instrument;
+
+/// What a process serves requests with: its name in spans, its seats and its metrics.
+#[derive(Clone)]
+pub struct Surface {
+    /// The serving process in every request's span: a shard's id, or `router`.
+    pub server: String,
+    pub limits: InflightLimits,
+    pub metrics: Metrics,
+}
+
+/// A server's state as the prologue needs it: its surface, and which resource a path names
+/// (the shard and the router resolve paths against the served resources they follow).
+pub trait Api: Clone + Send + Sync + 'static {
+    /// The process's surface.
+    fn surface(&self) -> &Surface;
+    /// The resource `path` names, if any.
+    fn target(&self, path: &str) -> impl Future<Output = Option<Target>> + Send;
+}
+
+/// One request, read and parsed: what every handler takes instead of loose arguments.
+pub struct RequestContext {
+    pub method: Method,
+    pub path: String,
+    pub query: Query,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// The resource the path names, if any (discovery, health and internal paths name none).
+    pub target: Option<Target>,
+    /// A GET of a collection with `watch` set.
+    pub watch: bool,
+}
+
+impl RequestContext {
+    /// The path with the query as the client sent it, for forwarding.
+    pub fn path_and_query(&self) -> String {
+        if self.query.raw().is_empty() { self.path.clone() } else { format!("{}?{}", self.path, self.query.raw()) }
+    }
+
+    /// A header's value as text ("" when absent or not text).
+    pub fn header(&self, name: impl axum::http::header::AsHeaderName) -> &str {
+        self.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    /// The `i`th segment of the path (`/apis/{group}/{version}`: 1 and 2), "" past the end.
+    pub fn segment(&self, i: usize) -> &str {
+        self.path.trim_matches('/').split('/').nth(i).unwrap_or("")
+    }
+}
+
+/// What the prologue leaves for the handler's [`RequestContext`].
+#[derive(Clone)]
+struct Parsed {
+    query: Query,
+    body: Bytes,
+    target: Option<Target>,
+    watch: bool,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestContext {
+    type Rejection = Failure;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Failure> {
+        let p = parts.extensions.remove::<Parsed>().ok_or_else(|| ApiError::internal("the request prologue did not run for this route"))?;
+        Ok(RequestContext { method: parts.method.clone(), path: parts.uri.path().to_owned(), query: p.query, headers: std::mem::take(&mut parts.headers), body: p.body, target: p.target, watch: p.watch })
+    }
+}
+
+/// A handler's answer: a response, or the error that becomes a `Status` response.
+pub type Reply = Result<Response<Body>, Failure>;
+
+/// An [`ApiError`] as an axum response: the `Status` object with upstream's headers. Server
+/// errors are logged (with the request's span).
+#[derive(Debug)]
+pub struct Failure(pub ApiError);
+
+impl From<ApiError> for Failure {
+    fn from(e: ApiError) -> Self {
+        Failure(e)
+    }
+}
+
+impl IntoResponse for Failure {
+    fn into_response(self) -> axum::response::Response {
+        if self.0.code >= 500 {
+            tracing::warn!(code = self.0.code, message = %self.0.message, "request failed");
+        }
+        body::error(&self.0)
+    }
+}
+
+/// The middleware every route of a shard or router sits behind (see the module doc).
+pub async fn prologue<A: Api>(State(api): State<A>, req: Request, next: Next) -> Response<Body> {
+    let started = Instant::now();
+    let (mut parts, raw_body) = req.into_parts();
+    let query = Query::parse(parts.uri.query().unwrap_or(""));
+    let path = parts.uri.path().to_owned();
+    let target = api.target(&path).await;
+    let watch = target.as_ref().is_some_and(|t| t.name.is_none()) && parts.method == Method::GET && query.is_watch();
+    let labels = RequestLabels::of(&parts.method, target.as_ref(), watch);
+    let counted = !labels.resource.is_empty() || matches!(path.as_str(), "/api" | "/apis" | "/version");
+    let surface = api.surface();
+    let span = tracing::info_span!("request", server = %surface.server, verb = %labels.verb, %path, resource = %labels.resource);
+    let resp = async {
+        let _seat = match surface.limits.admit(&parts.method, watch) {
+            Ok(seat) => seat,
+            Err(e) => return body::error(&e),
+        };
+        let body = match body::read(raw_body).await {
+            Ok(b) => b,
+            Err(e) => return body::error(&e),
+        };
+        parts.extensions.insert(Parsed { query, body, target, watch });
+        next.run(Request::from_parts(parts, Body::empty())).await
+    }
+    .instrument(span)
+    .await;
+    if counted {
+        surface.metrics.observe(&labels, resp.status().as_u16(), (!watch).then(|| started.elapsed()));
+    }
+    resp
+}
