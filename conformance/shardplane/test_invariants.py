@@ -117,7 +117,7 @@ def test_i4_paging_while_writing_yields_each_object_once_at_one_rv(core, api_cli
 def test_i5_resume_inside_the_window_misses_nothing(core, api_client, ns):
     """Resuming from any RV of the recent history yields exactly the changes after it. (Which RV
     is too old, and so gets 410 Expired, depends on the server's history window; a fresh server
-    may still hold all of it. shards/tests/api.rs::watch_semantics checks the 410 with a small
+    may still hold all of it. crates/testkit/tests/shard_api.rs::watch_semantics checks the 410 with a small
     history.)"""
     path = f"/api/v1/namespaces/{ns}/configmaps"
     start = core.list_namespaced_config_map(ns).metadata.resource_version

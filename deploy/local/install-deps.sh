@@ -4,7 +4,7 @@
 #   - etcd 3.5 from Debian trixie, extracted into .tools/etcd (bookworm's 3.4.23 answers
 #     on-demand progress requests too early: etcd#15220; see RFCS/0001)
 #   - Go 1.24 and client-go 0.32 from Debian trixie, to build the client-go test client
-#     (shards/tests/clientgo), which sends protobuf bodies as every Go controller does
+#     (crates/testkit/tests/clientgo), which sends protobuf bodies as every Go controller does
 #   - fonts-dejavu-core: the font the benchmarks' plots are drawn with
 #   - python3 + the PyPI `kubernetes` and `kr8s` clients and pytest, for the client tests and the
 #     conformance suite (optional: PY_CLIENT=0 skips)

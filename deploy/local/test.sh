@@ -12,6 +12,8 @@ bash deploy/local/install-deps.sh
 echo "== build with no protoc"
 no_protoc_path=$(tr ':' '\n' <<<"$PATH" | while read -r d; do [ -n "$d" ] && [ ! -x "$d/protoc" ] && echo "$d"; done | paste -sd: -)
 env -u PROTOC PATH="$no_protoc_path" bash -c '! command -v protoc >/dev/null && cargo build --workspace --all-targets'
+# The crate graph README.md shows is cargo metadata's, and has no cycle, dev-dependencies included.
+python3 deploy/local/crate-graph.py --check
 run() {
   if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run --no-fail-fast "$@"
@@ -20,16 +22,18 @@ run() {
   fi
 }
 run --workspace
-# The single-shard suite again, unchanged, through a router in front of K shards.
-# With nextest the suite is picked by a filter over the workspace build, so nothing is built
-# again: `-p shardplane-shard` alone unifies dependency features differently and would build a
+# The single-shard suite (crates/testkit/tests/shard_*.rs) again, unchanged, through a router in
+# front of K shards. With nextest the suite is picked by a filter over the workspace build, so
+# nothing is built again: `-p` alone unifies dependency features differently and would build a
 # second copy of every test binary.
 for k in 1 2 4; do
   echo "== shard suite through a router over $k shards"
   if cargo nextest --version >/dev/null 2>&1; then
-    SHARDPLANE_ROUTER_SHARDS=$k run --workspace -E 'package(shardplane-shard)'
+    SHARDPLANE_ROUTER_SHARDS=$k run --workspace -E 'package(shardplane-testkit) & binary(/^shard_/)'
   else
-    SHARDPLANE_ROUTER_SHARDS=$k run -p shardplane-shard
+    for t in crates/testkit/tests/shard_*.rs; do
+      SHARDPLANE_ROUTER_SHARDS=$k run -p shardplane-testkit --test "$(basename "$t" .rs)"
+    done
   fi
 done
 # The whole suite again on the router's embedded etcd-compatible store instead of etcd (RFC 0007).

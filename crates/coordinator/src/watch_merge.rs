@@ -1,4 +1,4 @@
-//! One watch stream from K shard streams (decision 6 of the architecture brief).
+//! One watch stream from K shard streams (RFC 0003, "WATCH").
 //!
 //! Each shard stream is in resourceVersion order and carries progress marks *in-band*: a mark
 //! `r` means the shard has sent every event of its range up to `r`. An event is released only

@@ -1,5 +1,4 @@
-//! Shared merged upstreams (decision 6: "share one merged upstream per resource among client
-//! watches where it can"). Client watches with the same collection, filters and representation
+//! Shared merged upstreams (RFC 0003, "Shared upstreams (hubs)"). Client watches with the same collection, filters and representation
 //! share one [`upstream`](crate::upstream): K shard streams and one merge, whatever the number
 //! of clients. The shards still filter (selectors, label transitions) and render (JSON, Table),
 //! so the router never decodes an object.

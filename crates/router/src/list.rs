@@ -1,4 +1,4 @@
-//! Merged LIST (decision 5): one revision R for every shard, exact reads at R, a k-way merge by
+//! Merged LIST (RFC 0003, "LIST"): one revision R for every shard, exact reads at R, a k-way merge by
 //! (namespace, name), and continue tokens carrying R, the last key and the range-map epoch.
 
 use crate::forward::{passthrough, Shards};

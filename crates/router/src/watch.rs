@@ -1,4 +1,4 @@
-//! Merged WATCH (decision 6) as a client sees it: the initial state (read at one revision R by
+//! Merged WATCH (RFC 0003, "WATCH") as a client sees it: the initial state (read at one revision R by
 //! a merged LIST and rendered like live events), then every change after R or after the
 //! client's resourceVersion, from a shared [hub](crate::hub) when one covers that RV and from an
 //! upstream of its own otherwise; bookmarks at the merge's progress marks; the client's

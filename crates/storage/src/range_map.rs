@@ -1,5 +1,5 @@
 //! The stored range map: one etcd key holding which shard owns which hash ranges in which epoch
-//! (decision 7). Shards follow it to know their epoch and what they may serve; routers read it
+//! (RFC 0003, "The range map"). Shards follow it to know their epoch and what they may serve; routers read it
 //! to route, and read it again when a shard refuses a key. Writers (the coordinator) replace it
 //! by compare-and-swap on the key's `mod_revision`.
 //!

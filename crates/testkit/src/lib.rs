@@ -262,3 +262,29 @@ where
 pub fn configmap(name: &str, labels: Value) -> Value {
     serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": name}})
 }
+
+/// The path of a workspace binary (`shard-server`, `shard-router`, `shardctl`) built in the
+/// profile the running test was, built first if it is not up to date: tests outside the
+/// binary's own package have no `CARGO_BIN_EXE_*` for it.
+pub fn workspace_binary(name: &str) -> std::path::PathBuf {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    // A test binary runs from target/<profile>/deps/.
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps");
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if !built.iter().any(|b| b == name) {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = std::process::Command::new(cargo);
+        // From the workspace root, where every package's binaries are in reach.
+        cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).args(["build", "-q", "--bin", name]);
+        if dir.file_name().is_some_and(|p| p == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("cargo runs");
+        assert!(status.success(), "cargo build --bin {name} failed");
+        built.push(name.to_owned());
+    }
+    let path = dir.join(name);
+    assert!(path.exists(), "{} missing after cargo build --bin {name}", path.display());
+    path
+}

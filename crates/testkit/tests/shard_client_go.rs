@@ -11,7 +11,7 @@ use std::process::Command;
 
 const GO: &str = "/usr/lib/go-1.24/bin/go";
 
-/// Builds shards/tests/clientgo into the target directory (GOPATH mode against Debian's client-go).
+/// Builds crates/testkit/tests/clientgo into the target directory (GOPATH mode against Debian's client-go).
 fn build_client() -> PathBuf {
     assert!(std::path::Path::new(GO).exists(), "Go 1.24 missing: run deploy/local/install-deps.sh");
     let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -48,7 +48,7 @@ async fn resources_on_their_own_etcd_take_its_revisions_and_are_cleaned_up_there
 
     // The example CRD, applied with kubectl: the CRD itself stays on the main store.
     let k = Kubectl { bin: kubectl_path("1.33"), server: s.url.clone(), home: tempdir::Dir::new() };
-    let crd_file = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy/examples/agent-sessions/crd.yaml");
+    let crd_file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/examples/agent-sessions/crd.yaml");
     tokio::task::spawn_blocking(move || {
         k.ok(&["apply", "-f", crd_file], None);
         k.ok(&["wait", "--for=condition=Established", &format!("crd/agentsessions.{GROUP}"), "--timeout=20s"], None);
@@ -126,7 +126,7 @@ async fn a_storage_contract_that_cannot_be_followed_is_refused_with_the_reason()
     let dir = tempdir::Dir::new();
     let path = dir.0.join("contract.json");
     std::fs::write(&path, r#"{"resources": [{"group": "", "resource": "configmaps", "endpoints": []}]}"#).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_shard-server")).args(["--standalone", "--storage-config"]).arg(&path).output().unwrap();
+    let out = std::process::Command::new(workspace_binary("shard-server")).args(["--standalone", "--storage-config"]).arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--storage-config") && err.contains("configmaps") && err.contains("needs at least one etcd endpoint"), "{err}");
