@@ -32,7 +32,7 @@ struct Args {
     /// `--objects` pods (default 100000), starts `--shards` K behind a router, prints their
     /// URLs and pids and waits for Ctrl-C: a system to profile or try by hand.
     scenario: String,
-    /// Shards for `serve`.
+    /// RouterState for `serve`.
     #[arg(long, default_value_t = 4)]
     shards: u32,
     /// Tiny sizes: checks that every scenario runs, measures nothing.

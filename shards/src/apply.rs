@@ -10,7 +10,8 @@ use axum::http::HeaderMap;
 use serde_json::Value;
 use shardplane_apimachinery::apply::{parse_config, Apply, Scope};
 use shardplane_apimachinery::meta::{self, Subresource};
-use shardplane_apimachinery::openapi::{self, FieldValidation};
+use shardplane_apimachinery::field_validation::{self, FieldValidation};
+use shardplane_apimachinery::openapi;
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::ApiError;
 
@@ -43,7 +44,7 @@ pub(crate) async fn apply(shard: &Shard, t: &Target, name: &str, headers: &Heade
         meta::metadata_mut(&mut config).insert("namespace".into(), Value::String(ns.clone()));
     }
     // Fields the schema does not declare: refused with Strict, as upstream words it for apply.
-    let unknown = openapi::prune(info, &mut config)?;
+    let unknown = field_validation::prune(info, &mut config)?;
     if mode == FieldValidation::Strict && !unknown.is_empty() {
         let lines: Vec<String> = unknown.iter().map(|u| format!(".{u}: field not declared in schema")).collect();
         let listed = if lines.len() == 1 { lines[0].clone() } else { format!("errors:\n  {}", lines.join("\n  ")) };

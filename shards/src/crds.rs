@@ -4,17 +4,13 @@
 //! and router, following the catalog, serves its resources. Deleting a CRD deletes its objects
 //! first: every shard deletes its own, and the CRD's owner lets it go once none is left.
 
-use crate::handlers;
 use crate::shard::Shard;
 use shardplane_catalog::CATCH_UP;
-use axum::http::HeaderMap;
 use serde_json::Value;
 use shardplane_apimachinery::meta::{self, Subresource};
-use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::{crd, kind_rules, ApiError};
 use shardplane_keyspace::{etcd_layout, HashRange};
-use shardplane_storage::StorageError;
 use shardplane_watchcache::Filter;
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,17 +83,7 @@ async fn cleanup(shard: &Shard, c: &Value) -> Result<(), String> {
     let name = c.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
     let served = shard.all_served().into_iter().find(|s| s.info.group == group && s.info.plural == plural);
     if let Some(served) = served {
-        let Ok(page) = served.cache.list(None, &Filter::default(), None, None, false) else { return Ok(()) };
-        for obj in page.items {
-            let ns = (!obj.namespace().is_empty()).then(|| obj.namespace().to_owned());
-            let t = Target { info: served.info.clone(), namespace: ns, name: Some(obj.name().to_owned()), subresource: None };
-            if let Err(e) = handlers::delete(shard, &t, obj.name(), &HeaderMap::new(), "gracePeriodSeconds=0", b"").await
-                && e.code != 404
-                && e.code != 421
-            {
-                tracing::warn!(object = obj.name(), error = %e, "custom object cleanup delete failed");
-            }
-        }
+        crate::sweep::delete_cached(shard, &served, &Filter::default()).await;
     }
     let crd_info = shard.builtin(crd::GROUP, crd::PLURAL);
     let Ok(key) = shard.owned_key(&crd_info, "", &name) else { return Ok(()) };
@@ -106,19 +92,5 @@ async fn cleanup(shard: &Shard, c: &Value) -> Result<(), String> {
         return Ok(());
     }
     // Every object is gone: drop the finalizer (and, with no other, the CRD).
-    let store = shard.store(&crd_info);
-    let (Some(kv), _) = store.get(&key).await.map_err(|e| e.to_string())? else { return Ok(()) };
-    let mut stored: Value = serde_json::from_slice(&kv.value).map_err(|e| e.to_string())?;
-    if let Some(list) = stored.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
-        list.retain(|f| f != crd::CLEANUP_FINALIZER);
-    }
-    let result = if meta::has_finalizers(&stored) {
-        store.update(&key, serde_json::to_vec(&stored).expect("json"), kv.mod_revision).await
-    } else {
-        store.delete(&key, kv.mod_revision).await
-    };
-    match result {
-        Ok(_) | Err(StorageError::Conflict { .. }) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
+    crate::sweep::drop_finalizer(shard.store(&crd_info), &key, "/metadata/finalizers", crd::CLEANUP_FINALIZER, None).await.map_err(|e| e.to_string())
 }

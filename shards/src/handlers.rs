@@ -7,6 +7,7 @@ use shardplane_http::negotiation::View;
 use shardplane_http::protocol::GENERATED_NAME_HEADER;
 pub use shardplane_http::query::form_value;
 use crate::render;
+use shardplane_http::storage_errors::status_of as storage_err;
 use shardplane_apimachinery::request_path::Target;
 use crate::shard::Shard;
 use axum::body::Body;
@@ -16,7 +17,7 @@ use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_apimachinery::encode;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
 use shardplane_apimachinery::meta::{self, Subresource};
-use shardplane_apimachinery::openapi::{drop_unknown_fields, duplicate_fields, FieldValidation};
+use shardplane_apimachinery::field_validation::{drop_unknown_fields, duplicate_fields, FieldValidation};
 use shardplane_apimachinery::patch::{self, PatchType};
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::status::cause;
@@ -30,12 +31,6 @@ pub const WAIT: Duration = Duration::from_secs(3);
 
 pub(crate) type Reply = Result<Response<Body>, ApiError>;
 
-fn storage_err(e: StorageError) -> ApiError {
-    match e {
-        StorageError::Etcd(m) => ApiError::unavailable(format!("storage is unavailable: {m}")),
-        other => ApiError::internal(other.to_string()),
-    }
-}
 
 /// Maps cache errors of a read at `rv` to upstream's Status.
 pub fn cache_err(e: CacheError, continuing: bool) -> ApiError {
@@ -108,7 +103,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
             Some(rv)
         }
     };
-    let after = o.continue_token.as_ref().map(|c| format!("{}\0{}", c.after.0, c.after.1));
+    let after = o.continue_token.as_ref().map(|c| shardplane_watchcache::cache_key(&c.after.0, &c.after.1));
     let f = filter(shard, t, o);
     let continuing = o.continue_token.is_some();
     // A continue token's revision must still be in etcd, as upstream reads continued pages from
@@ -138,7 +133,7 @@ pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Rep
         other => cache_err(other, continuing),
     })?;
     let token = page.continue_after.as_ref().map(|k| {
-        let (ns, name) = k.split_once('\0').unwrap_or(("", k));
+        let (ns, name) = shardplane_watchcache::split_cache_key(k);
         ContinueToken { rv: Some(page.rv), after: (ns.to_owned(), name.to_owned()), epoch: None }.encode()
     });
     let mut meta = json!({"resourceVersion": page.rv.to_string()});

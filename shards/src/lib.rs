@@ -18,6 +18,7 @@ pub mod render;
 pub mod scale;
 pub mod server;
 pub mod shard;
+mod sweep;
 pub mod watch;
 
 pub use server::{serve, ShardConfig};

@@ -6,14 +6,11 @@
 //! Terminating namespaces, so its memory grows with namespaces being deleted, not with all
 //! namespaces, and no shard polls etcd.
 
-use crate::handlers;
-use shardplane_apimachinery::request_path::Target;
 use crate::shard::Shard;
-use axum::http::HeaderMap;
 use serde_json::Value;
 use shardplane_keyspace::{etcd_layout, HashRange};
 use shardplane_watchcache::Filter;
-use shardplane_storage::WatchItem;
+use shardplane_storage::follow::{self, FollowOptions, Followed};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -95,48 +92,33 @@ async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>
             set.remove(&name);
         }
     };
-    while !shard.shutdown.is_cancelled() {
-        let result: Result<(), shardplane_storage::StorageError> = async {
-            let (kvs, rev) = store.list_range(&start, &end, 0).await?;
-            {
-                let mut set = terminating.lock().unwrap_or_else(|p| p.into_inner());
+    let options = FollowOptions { what: "namespaces", retry: Duration::from_millis(500), progress: None, stop: shard.shutdown.clone() };
+    follow::follow(&store, &start, &end, options, |f| {
+        let mut set = terminating.lock().unwrap_or_else(|p| p.into_inner());
+        match f {
+            // Only the Terminating names are kept; the namespaces themselves are not.
+            Followed::Listed { kvs, .. } => {
                 set.clear();
                 for kv in &kvs {
                     note(&kv.value, kv.mod_revision, &mut set);
                 }
             }
-            // Only the Terminating names are kept; the namespaces themselves are not.
-            drop(kvs);
-            let mut watch = store.watch_range(&start, &end, rev).await?;
-            loop {
-                let item = tokio::select! {
-                    i = watch.next() => i?,
-                    _ = shard.shutdown.cancelled() => return Ok(()),
-                };
-                match item {
-                    Some(WatchItem::Events(events)) => {
-                        let mut set = terminating.lock().unwrap_or_else(|p| p.into_inner());
-                        for e in events {
-                            match (e.deleted, etcd_layout::parse_object_key("", "namespaces", &e.kv.key)) {
-                                (true, Some((_, _, name))) => {
-                                    set.remove(name);
-                                }
-                                (false, _) => note(&e.kv.value, e.revision, &mut set),
-                                _ => {}
-                            }
+            Followed::Changed(events) => {
+                for e in events {
+                    match (e.deleted, etcd_layout::parse_object_key("", "namespaces", &e.kv.key)) {
+                        (true, Some((_, _, name))) => {
+                            set.remove(name);
                         }
+                        (false, _) => note(&e.kv.value, e.revision, &mut set),
+                        _ => {}
                     }
-                    Some(WatchItem::Progress(_)) => {}
-                    None => return Err(shardplane_storage::StorageError::Etcd("namespace watch ended".into())),
                 }
             }
+            Followed::Progress(_) => {}
         }
-        .await;
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "namespace follower lost etcd; relisting");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    }
+        Ok(())
+    })
+    .await;
 }
 
 async fn cleanup(shard: &Shard, name: &str, mod_revision: u64) -> Result<(), String> {
@@ -149,17 +131,9 @@ async fn cleanup(shard: &Shard, name: &str, mod_revision: u64) -> Result<(), Str
 }
 
 async fn delete_own_objects(shard: &Shard, ns: &str) {
+    let filter = Filter { namespace: Some(ns.to_owned()), ..Default::default() };
     for served in shard.all_served().into_iter().filter(|s| s.info.namespaced) {
-        let filter = Filter { namespace: Some(ns.to_owned()), ..Default::default() };
-        let Ok(page) = served.cache.list(None, &filter, None, None, false) else { continue };
-        for obj in page.items {
-            let t = Target { info: served.info.clone(), namespace: Some(ns.to_owned()), name: Some(obj.name().to_owned()), subresource: None };
-            if let Err(e) = handlers::delete(shard, &t, obj.name(), &HeaderMap::new(), "gracePeriodSeconds=0", b"").await {
-                if e.code != 404 {
-                    tracing::warn!(namespace = ns, name = obj.name(), error = %e, "namespace cleanup delete failed");
-                }
-            }
-        }
+        crate::sweep::delete_cached(shard, &served, &filter).await;
     }
 }
 
@@ -175,24 +149,11 @@ async fn namespace_empty(shard: &Shard, ns: &str) -> Result<bool, String> {
     Ok(true)
 }
 
+/// Drops the `kubernetes` finalizer of a namespace still at revision `expected` (and, with no
+/// other, the namespace).
 async fn finalize(shard: &Shard, ns_info: &shardplane_apimachinery::resources::ResourceInfo, name: &str, expected: u64) {
     let key = Shard::any_key(ns_info, "", name);
-    let store = shard.store(ns_info);
-    let Ok((Some(kv), _)) = store.get(&key).await else { return };
-    if kv.mod_revision != expected {
-        return; // changed meanwhile: the next sweep looks again
-    }
-    let Ok(mut ns) = serde_json::from_slice::<Value>(&kv.value) else { return };
-    if let Some(f) = ns.pointer_mut("/spec/finalizers").and_then(Value::as_array_mut) {
-        f.retain(|x| x != "kubernetes");
-    }
-    let spec_done = ns.pointer("/spec/finalizers").and_then(Value::as_array).is_none_or(|a| a.is_empty());
-    let result = if spec_done && !shardplane_apimachinery::meta::has_finalizers(&ns) {
-        store.delete(&key, kv.mod_revision).await
-    } else {
-        store.update(&key, shardplane_apimachinery::encode::object_bytes(&ns), kv.mod_revision).await
-    };
-    if let Err(e) = result {
-        tracing::debug!(namespace = name, error = %e, "namespace finalize lost a race; retrying next sweep");
+    if let Err(e) = crate::sweep::drop_finalizer(shard.store(ns_info), &key, "/spec/finalizers", "kubernetes", Some(expected)).await {
+        tracing::debug!(namespace = name, error = %e, "namespace finalize failed; retrying next sweep");
     }
 }

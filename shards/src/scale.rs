@@ -130,7 +130,7 @@ pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
             }
             Err(StorageError::Conflict { .. }) if precondition.is_empty() => continue,
             Err(StorageError::Conflict { .. }) => return Err(ApiError::conflict(&info.group, &info.plural, name)),
-            Err(e) => return Err(ApiError::unavailable(format!("storage is unavailable: {e}"))),
+            Err(e) => return Err(shardplane_http::storage_errors::status_of(e)),
         }
     }
 }

@@ -44,7 +44,7 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
     let (tx, rx) = mpsc::channel::<Bytes>(CONNECTION_BUFFER);
     let opened: Result<Watcher, ApiError> = async {
         let wait_for = match start {
-            WatchStart::MostRecentWithState | WatchStart::InitialEvents(None) => Some(shard.store(&info).current_revision().await.map_err(|e| ApiError::unavailable(e.to_string()))?),
+            WatchStart::MostRecentWithState | WatchStart::InitialEvents(None) => Some(shard.store(&info).current_revision().await.map_err(shardplane_http::storage_errors::status_of)?),
             WatchStart::InitialEvents(Some(rv)) | WatchStart::After(rv) => Some(rv),
             WatchStart::AnyWithState => None,
         };

@@ -1,13 +1,23 @@
 //! # shardplane-apimachinery
 //!
-//! Owns the Kubernetes API conventions every shardplane process speaks: the `Status` error objects
-//! ([`status`]), the table of served resources ([`resources`]) and request paths to them
-//! ([`request_path`]), list and watch options with upstream's resourceVersion rules
-//! ([`list_options`]), label and field selectors ([`selectors`]), continue tokens
-//! ([`continue_token`]), object metadata rules ([`meta`]), DELETE options ([`delete_options`]), CustomResourceDefinitions and what they serve ([`crd`]), per-kind validation rules
-//! ([`kind_rules`]) and field defaults ([`defaults`]), the
-//! three patch formats ([`patch`]), protobuf request bodies ([`protobuf`]), OpenAPI documents and
-//! schema-driven field validation ([`openapi`]), custom resources' value rules ([`structural`]), and watch event framing ([`watch_event`]).
+//! Owns the Kubernetes API conventions every shardplane process speaks, with no I/O. By concern:
+//!
+//! - **Request vocabulary**: the served resources ([`resources`]) and request paths to them
+//!   ([`request_path`]), list and watch options with upstream's resourceVersion rules
+//!   ([`list_options`]), DELETE options ([`delete_options`]), label and field selectors
+//!   ([`selectors`]), continue tokens ([`continue_token`]), `Status` errors ([`status`]).
+//! - **Codecs**: upstream's key order on the wire and readers of it ([`encode`]), protobuf request
+//!   bodies ([`protobuf`]), watch event lines ([`watch_event`]), OpenAPI documents and the bundled
+//!   schemas ([`openapi`]).
+//! - **Write rules**: object metadata ([`meta`]), field validation by schema
+//!   ([`field_validation`]), per-kind validation ([`kind_rules`]), upstream's defaulting and the
+//!   admission steps shardplane runs ([`defaults`]), string formats ([`formats`]), custom
+//!   resources' value rules ([`structural`]), CustomResourceDefinitions and what they serve
+//!   ([`crd`]), the three patch formats ([`patch`]) and server-side apply ([`apply`]).
+//!
+//! One crate rather than three: every write rule reads the vocabulary and the codecs, and none of
+//! them does I/O, so a split would add crate boundaries without a dependency it could cut
+//! (RFCS/README.md).
 //!
 //! It must never do I/O or hold state: it turns requests into validated values and objects into
 //! objects, so the shard, the router and the conformance suite all agree on one reading of the API.
@@ -18,6 +28,7 @@ pub mod crd;
 pub mod defaults;
 pub mod delete_options;
 pub mod encode;
+pub mod field_validation;
 pub mod formats;
 pub mod kind_rules;
 pub mod list_options;

@@ -1,5 +1,5 @@
 //! The value rules of a custom resource's structural schema, applied to an object being written
-//! after pruning ([`crate::openapi::drop_unknown_fields`]): nulls of non-nullable fields
+//! after pruning ([`crate::field_validation::drop_unknown_fields`]): nulls of non-nullable fields
 //! dropped, `default`s filled in (on every read from storage too), then `required`, `enum`,
 //! numeric bounds, string lengths, `pattern` and `format` ([`crate::formats`]), item counts and
 //! `x-kubernetes-list-type` uniqueness checked, each failure a Status cause with upstream's

@@ -12,7 +12,8 @@ use serde_json::Value;
 use shardplane_apimachinery::crd;
 use shardplane_apimachinery::resources::{builtin_resources, ResourceInfo};
 use shardplane_keyspace::etcd_layout;
-use shardplane_storage::{Storage, WatchItem};
+use shardplane_storage::follow::{self, FollowOptions, Followed};
+use shardplane_storage::Storage;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,65 +137,42 @@ impl Follower {
     }
 }
 
-/// List the CRDs, then watch them; on any failure, list again after a second.
+/// Follows the CRDs (listed, then watched; listed again after a second on any failure),
+/// publishing a catalog for every change and every progress mark past the last one.
 async fn follow(storage: Storage, tx: watch::Sender<Arc<Catalog>>, want_progress: Arc<Notify>, shutdown: CancellationToken) {
     let (start, end) = crd_keys();
-    loop {
-        let result = async {
-            let (kvs, revision) = storage.list_range(&start, &end, 0).await?;
-            let mut crds = BTreeMap::new();
-            for kv in kvs {
-                if let Some((name, v)) = parse(&kv.value) {
-                    crds.insert(name, v);
+    let mut crds: Arc<BTreeMap<String, Value>> = Arc::default();
+    let options = FollowOptions { what: "CustomResourceDefinitions", retry: Duration::from_secs(1), progress: Some(want_progress), stop: shutdown };
+    follow::follow(&storage, &start, &end, options, |f| {
+        match f {
+            Followed::Listed { kvs, revision } => {
+                crds = Arc::new(kvs.iter().filter_map(|kv| parse(&kv.value)).collect());
+                tx.send_replace(Arc::new(Catalog::from_crds(revision, crds.clone())));
+            }
+            Followed::Progress(rev) => {
+                let now = tx.borrow().clone();
+                if rev > now.revision {
+                    tx.send_replace(Arc::new(Catalog { revision: rev, resources: now.resources.clone(), crds: now.crds.clone() }));
                 }
             }
-            let mut crds = Arc::new(crds);
-            tx.send_replace(Arc::new(Catalog::from_crds(revision, crds.clone())));
-            let mut w = storage.watch_range(&start, &end, revision).await?;
-            loop {
-                let item = tokio::select! {
-                    item = w.next() => item?,
-                    _ = want_progress.notified() => {
-                        w.request_progress().await?;
-                        continue;
-                    }
-                    _ = shutdown.cancelled() => return Ok(()),
-                };
-                match item {
-                    None => return Err(shardplane_storage::StorageError::Etcd("the CRD watch ended".into())),
-                    Some(WatchItem::Progress(rev)) => {
-                        let now = tx.borrow().clone();
-                        if rev > now.revision {
-                            tx.send_replace(Arc::new(Catalog { revision: rev, resources: now.resources.clone(), crds: now.crds.clone() }));
-                        }
-                    }
-                    Some(WatchItem::Events(events)) => {
-                        let map = Arc::make_mut(&mut crds);
-                        let mut last = 0;
-                        for e in events {
-                            last = e.revision;
-                            let name = etcd_key_name(&e.kv.key);
-                            if e.deleted {
-                                map.remove(&name);
-                            } else if let Some((name, v)) = parse(&e.kv.value) {
-                                map.insert(name, v);
-                            }
-                        }
-                        tx.send_replace(Arc::new(Catalog::from_crds(last, crds.clone())));
+            Followed::Changed(events) => {
+                let map = Arc::make_mut(&mut crds);
+                let mut last = 0;
+                for e in events {
+                    last = e.revision;
+                    let name = etcd_key_name(&e.kv.key);
+                    if e.deleted {
+                        map.remove(&name);
+                    } else if let Some((name, v)) = parse(&e.kv.value) {
+                        map.insert(name, v);
                     }
                 }
+                tx.send_replace(Arc::new(Catalog::from_crds(last, crds.clone())));
             }
         }
-        .await;
-        match result {
-            Ok(()) => return,
-            Err(e) => tracing::warn!(error = %e, "following CustomResourceDefinitions failed; reading them again"),
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-            _ = shutdown.cancelled() => return,
-        }
-    }
+        Ok(())
+    })
+    .await;
 }
 
 /// A CRD's name from its etcd key.

@@ -5,7 +5,8 @@
 //! request metrics: [`request`], [`limits`], [`metrics`]), request bodies and responses
 //! ([`body`]), content negotiation and the representations (JSON, Table, PartialObjectMetadata:
 //! [`negotiation`], [`printing`]), watch-event framing ([`watch_frame`]), the discovery documents
-//! ([`discovery`]), and the router↔shard protocol ([`protocol`]).
+//! ([`discovery`]), the one mapping of storage errors to a `Status` ([`storage_errors`]), and
+//! the router↔shard protocol ([`protocol`]).
 //!
 //! It must never hold objects, talk to storage or know where a key lives: it turns HTTP into
 //! parsed requests and answers into HTTP, so that the shard and the router can never read a
@@ -20,6 +21,7 @@ pub mod printing;
 pub mod protocol;
 pub mod query;
 pub mod request;
+pub mod storage_errors;
 pub mod watch_frame;
 
 pub use query::Query;

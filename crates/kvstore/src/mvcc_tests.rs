@@ -1,3 +1,5 @@
+//! The MVCC key space against a model that keeps the whole key space after every revision.
+
 use super::*;
 use proptest::prelude::*;
 

@@ -1,3 +1,5 @@
+//! The redb-backed store across restarts: a reopened store keeps every revision a client can see, compactions included.
+
 use super::*;
 use crate::mvcc::{Op, RangeRequest, Txn};
 use proptest::prelude::*;

@@ -18,7 +18,7 @@
 //! ends and every client's watch ends cleanly after the last event it was sent. A change of the
 //! range map does not end a hub: its upstream switches shards under it (RFC 0006).
 
-use crate::forward::{HistoryBound, Shards};
+use crate::state::{HistoryBound, RouterState};
 use crate::upstream::{self, Merged, UpstreamSpec};
 use axum::body::Body;
 use axum::http::Response;
@@ -187,7 +187,7 @@ impl Hubs {
     /// A place after `after` in the hub for `spec`, starting the hub (its upstream after
     /// `after`) if there is none. `Ok(Ok(None))`: the hub's ring does not reach back to `after`;
     /// `Ok(Err(answer))`: a shard refused the watch with this answer.
-    pub async fn subscribe(self: &Arc<Self>, shards: &Arc<Shards>, spec: &UpstreamSpec, after: u64) -> Result<Result<Option<Subscription>, Response<Body>>, ApiError> {
+    pub async fn subscribe(self: &Arc<Self>, shards: &Arc<RouterState>, spec: &UpstreamSpec, after: u64) -> Result<Result<Option<Subscription>, Response<Body>>, ApiError> {
         let key = key(spec);
         if let Some(joined) = self.join(&key, after) {
             return Ok(Ok(joined));

@@ -5,11 +5,13 @@
 //! with the coordinator crate, and streams the result back, so every client sees one
 //! kube-apiserver.
 //!
-//! It reuses the shard crate's request labels, in-flight bounds and metrics (so a router and a
-//! shard count requests alike), and links the shard command line so the `shard-router` binary can
-//! run shards as child processes. It must stay thin: no cache, no storage, no merge logic of its own (that is
+//! It serves on the request surface the shards serve on (`shardplane-http`: one query parser,
+//! one prologue, the same metrics), so a router and a shard read and count requests alike; it
+//! holds the range map, the served resources and the shared watch upstreams ([`RouterState`]).
+//! It must stay thin: no object cache, no writes to objects, no merge logic of its own (that is
 //! `shardplane-coordinator`'s), and it must never present a partial LIST as whole or a watch with
-//! a gap: a shard that fails turns into a 503 Status or the clean end of a watch.
+//! a gap: a shard that fails turns into a 503 Status or the clean end of a watch. The
+//! `shard-router` binary, which also runs shards as its child processes, is a package of its own.
 
 mod forward;
 mod hub;
@@ -17,9 +19,10 @@ mod list;
 mod list_stream;
 mod membership;
 mod server;
+mod state;
 mod upstream;
 mod watch;
 
-pub use forward::Shards;
+pub use state::RouterState;
 pub use server::{connect_stores, serve, serve_shards, RouterConfig};
 pub mod topology;

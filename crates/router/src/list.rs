@@ -1,7 +1,8 @@
 //! Merged LIST (RFC 0003, "LIST"): one revision R for every shard, exact reads at R, a k-way merge by
 //! (namespace, name), and continue tokens carrying R, the last key and the range-map epoch.
 
-use crate::forward::{passthrough, Shards};
+use crate::forward::passthrough;
+use crate::state::RouterState;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::{json, Value};
@@ -50,13 +51,13 @@ struct Keyed {
 
 /// (namespace, name) of a list entry: an object, a PartialObjectMetadata, or a Table row.
 ///
-/// Shards write `kind`, `apiVersion` and `metadata` first (and a Table row's object after its
+/// RouterState write `kind`, `apiVersion` and `metadata` first (and a Table row's object after its
 /// cells, whose strings cannot contain an unescaped `"metadata":`), so the first `"metadata":`
 /// is the entry's own: only that object is parsed, not the whole entry (a pod is ~3.6 KiB, its
 /// metadata a few hundred bytes). Anything else falls back to a full parse.
 pub fn entry_key_of(e: &[u8]) -> (String, String) {
     if let Some(at) = memchr::memmem::find(e, b"\"metadata\":") {
-        if let Some(key) = key_from_ordered_meta(&e[at + 11..]) {
+        if let Some(key) = shardplane_apimachinery::encode::ordered_meta_key(&e[at + 11..]) {
             return key;
         }
         let mut de = serde_json::Deserializer::from_slice(&e[at + 11..]).into_iter::<KeyMeta>();
@@ -67,28 +68,6 @@ pub fn entry_key_of(e: &[u8]) -> (String, String) {
     entry_key_in(std::str::from_utf8(e).unwrap_or(""))
 }
 
-/// (namespace, name) from the opening of an ObjectMeta in Go's field order, as shards write it:
-/// `{"name":…`, maybe `"generateName"`, then `"namespace"` unless the object has none.
-/// None when the bytes are laid out otherwise (or a string has an escape), for the parse.
-fn key_from_ordered_meta(m: &[u8]) -> Option<(String, String)> {
-    /// A string without escapes (names never have them) and the bytes after its closing quote.
-    fn plain(b: &[u8]) -> Option<(String, &[u8])> {
-        let end = memchr::memchr2(b'"', b'\\', b)?;
-        (b[end] == b'"').then_some(())?;
-        Some((std::str::from_utf8(&b[..end]).ok()?.to_owned(), &b[end + 1..]))
-    }
-    let (name, mut rest) = plain(m.strip_prefix(b"{\"name\":\"")?)?;
-    if let Some(r) = rest.strip_prefix(b",\"generateName\":\"") {
-        rest = plain(r)?.1;
-    }
-    if let Some(r) = rest.strip_prefix(b",\"namespace\":\"") {
-        return Some((plain(r)?.0, name));
-    }
-    // No namespace next: certain only if none follows anywhere (else a field out of Go's order
-    // might be it, and the parse decides).
-    memchr::memmem::find(rest, b"\"namespace\":").is_none().then_some((String::new(), name))
-}
-
 /// The full parse, for an entry not in the layout shards write.
 fn entry_key_in(s: &str) -> (String, String) {
     let k: Keyed = serde_json::from_str(s).unwrap_or(Keyed { metadata: None, object: None });
@@ -97,7 +76,7 @@ fn entry_key_in(s: &str) -> (String, String) {
 }
 
 /// The revision a LIST reads every shard at, and the key it resumes after.
-pub async fn revision_and_start(shards: &Shards, info: &ResourceInfo, o: &ListOptions) -> Result<(u64, Option<(String, String)>), ApiError> {
+pub async fn revision_and_start(shards: &RouterState, info: &ResourceInfo, o: &ListOptions) -> Result<(u64, Option<(String, String)>), ApiError> {
     if let Some(t) = &o.continue_token {
         if t.epoch.is_some_and(|e| e != shards.epoch()) {
             // The ranges moved since the first page: the pages are no longer one snapshot.
@@ -146,7 +125,7 @@ struct ShardAnswer {
 
 /// Reads one shard's page, splitting it into entries (and reading each one's key) as its bytes
 /// arrive, so the work overlaps the transfer; or the shard's error answer verbatim.
-async fn read_shard_page(shards: &Shards, url: &str, path_and_query: &str, accept: Option<&HeaderValue>) -> Result<Result<ShardAnswer, Response<Body>>, ApiError> {
+async fn read_shard_page(shards: &RouterState, url: &str, path_and_query: &str, accept: Option<&HeaderValue>) -> Result<Result<ShardAnswer, Response<Body>>, ApiError> {
     let resp = shards.get_streaming(url, path_and_query, accept, true).await?;
     let status = resp.status();
     if !status.is_success() {
@@ -169,7 +148,7 @@ async fn read_shard_page(shards: &Shards, url: &str, path_and_query: &str, accep
 }
 
 /// One merged page at `rv` after `after`, or a shard's error answer verbatim.
-pub async fn merged_page(shards: &Shards, t: &Target, query: &Query, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Result<MergedList, Response<Body>>, ApiError> {
+pub async fn merged_page(shards: &RouterState, t: &Target, query: &Query, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Result<MergedList, Response<Body>>, ApiError> {
     let urls = shards.urls();
     let pq = shard_request(t, query, rv, after.as_ref(), limit.map(|l| shard_page_limit(l, urls.len())));
     let accept = headers.get(header::ACCEPT);
@@ -223,7 +202,7 @@ pub async fn merged_page(shards: &Shards, t: &Target, query: &Query, headers: &H
 /// A page from the only shard: its answer as it stands, but for the continue token, which
 /// becomes the router's (with the range-map epoch). Nothing needs merging, so nothing is split:
 /// once the head has arrived and is rewritten, the rest of the shard's body streams through.
-async fn single_shard_page(shards: &Shards, t: &Target, query: &Query, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Response<Body>, ApiError> {
+async fn single_shard_page(shards: &RouterState, t: &Target, query: &Query, headers: &HeaderMap, rv: u64, after: Option<(String, String)>, limit: Option<u64>) -> Result<Response<Body>, ApiError> {
     let url = shards.urls()[0].clone();
     let resp = shards.get_streaming(&url, &shard_request(t, query, rv, after.as_ref(), limit), headers.get(header::ACCEPT), false).await?;
     let status = resp.status();
@@ -307,7 +286,7 @@ pub fn target_path(t: &Target) -> String {
 }
 
 /// A merged LIST.
-pub async fn list(shards: &Shards, t: &Target, o: &ListOptions, query: &Query, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
+pub async fn list(shards: &RouterState, t: &Target, o: &ListOptions, query: &Query, headers: &HeaderMap) -> Result<Response<Body>, ApiError> {
     let (rv, after) = revision_and_start(shards, &t.info, o).await?;
     if o.limit.is_none() && after.is_none() {
         // Unpaged: streamed through the merge, never held whole.

@@ -11,7 +11,8 @@
 //! each entry (brace depth outside strings), which is all the merge needs, at memchr-like speed,
 //! and never decodes an object, as nothing else in the router does.
 
-use crate::forward::{passthrough, Shards};
+use crate::forward::passthrough;
+use crate::state::RouterState;
 use crate::list::entry_key_of;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Response, StatusCode};
@@ -265,7 +266,7 @@ impl ShardEntries {
 
 /// The unpaged merged LIST at `rv`: every shard's list streamed through a k-way merge by key.
 /// A shard's error answer (before any body is sent) is passed on as it is.
-pub async fn streamed_list(shards: &Shards, path_and_query: &str, headers: &HeaderMap, rv: u64) -> Result<Response<Body>, ApiError> {
+pub async fn streamed_list(shards: &RouterState, path_and_query: &str, headers: &HeaderMap, rv: u64) -> Result<Response<Body>, ApiError> {
     let accept = headers.get(header::ACCEPT);
     let urls = shards.urls();
     // One shard's body passes through as it is; several are split, one entry per line.

@@ -6,7 +6,7 @@
 //! ending (crate::upstream); the router reports the epoch as switched once none still reads an
 //! older epoch's shards, and only then may the old owner of a moved range let it go.
 
-use crate::forward::Shards;
+use crate::state::RouterState;
 use shardplane_coordinator::rebalance::Config;
 use shardplane_coordinator::service::{self, CoordinatorMetrics, ServiceConfig};
 use shardplane_storage::members::{RouterMember, DEFAULT_TTL, ROUTERS_PREFIX};
@@ -15,9 +15,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 /// Registers the router as `id` and runs a coordinator beside it until `stop`.
-pub fn start(shards: Arc<Shards>, id: String, registry: &prometheus::Registry, stop: CancellationToken) {
+pub fn start(shards: Arc<RouterState>, id: String, registry: &prometheus::Registry, stop: CancellationToken) {
     let name = id.clone();
-    let member = move |shards: &Shards| serde_json::to_vec(&RouterMember { id: name.clone(), switched_epoch: shards.switched_epoch() }).expect("member serializes");
+    let member = move |shards: &RouterState| serde_json::to_vec(&RouterMember { id: name.clone(), switched_epoch: shards.switched_epoch() }).expect("member serializes");
     let (tx, rx) = tokio::sync::watch::channel(member(&shards));
     let storage = shards.storage().clone();
     storage.register(format!("{ROUTERS_PREFIX}{id}"), rx, DEFAULT_TTL, stop.clone());

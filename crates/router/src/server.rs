@@ -1,7 +1,8 @@
 //! The router's HTTP surface: discovery and OpenAPI from a shard, single-object verbs to the
 //! owner, LIST and WATCH merged, deletecollection on every shard.
 
-use crate::forward::{passthrough, Shards};
+use crate::forward::passthrough;
+use crate::state::RouterState;
 use crate::{list, watch};
 use axum::body::Body;
 use axum::extract::State;
@@ -40,12 +41,12 @@ pub struct RouterConfig {
 
 /// The router's state: the shards and its request surface (seats on fan-out, metrics).
 #[derive(Clone)]
-struct Front {
-    shards: Arc<Shards>,
+struct App {
+    shards: Arc<RouterState>,
     surface: Surface,
 }
 
-impl Api for Front {
+impl Api for App {
     fn surface(&self) -> &Surface {
         &self.surface
     }
@@ -67,31 +68,30 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
         return Err(std::io::Error::other("no shards: pass --shard-urls"));
     }
     let stores = connect_stores(&config.etcd_endpoints, &config.storage_contract).await?;
-    serve_shards(Shards::connect(stores, config.shard_urls, config.bookmark_interval).await?, config.listen, shutdown, on_listen).await
+    serve_shards(RouterState::connect(stores, config.shard_urls, config.bookmark_interval).await?, config.listen, shutdown, on_listen).await
 }
 
 /// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`.
-pub async fn serve_shards(shards: Arc<Shards>, listen: SocketAddr, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let count = shards.urls().len();
     // The router bounds what it fans out as a shard bounds what it serves (upstream defaults).
-    let front = Front { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() } };
-    let app = routes(front.clone());
+    let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() } };
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
-    crate::membership::start(front.shards.clone(), format!("router-{}", listener.local_addr()?), front.surface.metrics.registry(), shutdown.clone());
-    axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    crate::membership::start(app.shards.clone(), format!("router-{}", listener.local_addr()?), app.surface.metrics.registry(), shutdown.clone());
+    axum::serve(listener, routes(app)).with_graceful_shutdown(shutdown.cancelled_owned()).await
 }
 
 /// The router's routes: its own health and metrics; every other path is a resource to route,
 /// or (naming none: discovery, OpenAPI, `/version`) the same on every shard and asked of one.
-fn routes(front: Front) -> Router {
+fn routes(app: App) -> Router {
     let mut r = Router::new();
     for (path, route) in [("/healthz", get(health)), ("/livez", get(health)), ("/readyz", get(readyz)), ("/metrics", get(metrics))] {
         let route = route.fallback(route_request);
         r = r.route(&format!("{path}/"), route.clone()).route(path, route);
     }
-    r.fallback(route_request).layer(axum::middleware::from_fn_with_state(front.clone(), prologue::<Front>)).with_state(front)
+    r.fallback(route_request).layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>)).with_state(app)
 }
 
 async fn health() -> Response<Body> {
@@ -99,9 +99,9 @@ async fn health() -> Response<Body> {
 }
 
 /// Ready once every shard is.
-async fn readyz(State(front): State<Front>) -> Response<Body> {
-    for u in front.shards.urls() {
-        let ok = front.shards.http.get(format!("{u}/readyz")).send().await.is_ok_and(|r| r.status().is_success());
+async fn readyz(State(app): State<App>) -> Response<Body> {
+    for u in app.shards.urls() {
+        let ok = app.shards.http.get(format!("{u}/readyz")).send().await.is_ok_and(|r| r.status().is_success());
         if !ok {
             return body::text(StatusCode::INTERNAL_SERVER_ERROR, format!("[-]shard {u} not ready\nreadyz check failed"));
         }
@@ -109,18 +109,18 @@ async fn readyz(State(front): State<Front>) -> Response<Body> {
     body::text(StatusCode::OK, "ok")
 }
 
-async fn metrics(State(front): State<Front>) -> Response<Body> {
-    let mut r = Response::new(Body::from(front.surface.metrics.render()));
+async fn metrics(State(app): State<App>) -> Response<Body> {
+    let mut r = Response::new(Body::from(app.surface.metrics.render()));
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
     r
 }
 
-async fn route_request(State(front): State<Front>, ctx: RequestContext) -> Reply {
-    Ok(route(&front, ctx).await?)
+async fn route_request(State(app): State<App>, ctx: RequestContext) -> Reply {
+    Ok(route(&app, ctx).await?)
 }
 
-async fn route(front: &Front, ctx: RequestContext) -> Result<Response<Body>, ApiError> {
-    let shards = &front.shards;
+async fn route(app: &App, ctx: RequestContext) -> Result<Response<Body>, ApiError> {
+    let shards = &app.shards;
     let pq = ctx.path_and_query();
     let (method, headers, query) = (&ctx.method, &ctx.headers, ctx.query.raw());
     let Some(t) = ctx.target.clone() else {
@@ -133,7 +133,7 @@ async fn route(front: &Front, ctx: RequestContext) -> Result<Response<Body>, Api
             let o = ListOptions::parse(query, &t.info)?;
             if o.watch {
                 // apiserver_registered_watchers counts the router's client watches while they run.
-                let gauge = front.surface.metrics.watchers.with_label_values(&[&t.info.group, &t.info.version, &t.info.kind]);
+                let gauge = app.surface.metrics.watchers.with_label_values(&[&t.info.group, &t.info.version, &t.info.kind]);
                 shards.routed(|| watch::watch(shards.clone(), t.clone(), o.clone(), &ctx.query, headers, gauge.clone())).await
             } else {
                 shards.routed(|| list::list(shards, &t, &o, &ctx.query, headers)).await
@@ -175,7 +175,7 @@ fn list_field(list: &Value) -> &'static str {
 
 /// DELETE of a collection on every shard (the client's DeleteOptions body as sent, JSON or
 /// protobuf); the answer lists everything deleted.
-async fn delete_collection(shards: &Shards, pq: &str, headers: &axum::http::HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
+async fn delete_collection(shards: &RouterState, pq: &str, headers: &axum::http::HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
     let mut all = Vec::new();
     let mut template: Option<Value> = None;
     // The body's type and the representation asked for go on (the answers are JSON lists,

@@ -6,7 +6,7 @@
 //! separate OS processes (the memory-per-shard claim depends on it), yet `cargo run --bin
 //! shard-router` needs no separate build step.
 
-use crate::forward::Shards;
+use crate::state::RouterState;
 use shardplane_keyspace::HashRange;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -33,7 +33,7 @@ const GRACEFUL_STOP: Duration = Duration::from_secs(5);
 
 /// Starts `k` shards and their supervisors; returns the router's view of them and the
 /// supervisors, which end (with their child stopped) once `shutdown` is cancelled.
-pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shutdown: CancellationToken) -> std::io::Result<(Arc<Shards>, Vec<tokio::task::JoinHandle<()>>, Vec<u32>)> {
+pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shutdown: CancellationToken) -> std::io::Result<(Arc<RouterState>, Vec<tokio::task::JoinHandle<()>>, Vec<u32>)> {
     let ranges = HashRange::split_even(k);
     let mut started = Vec::new();
     for (i, r) in ranges.iter().enumerate() {
@@ -43,7 +43,7 @@ pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shu
     // ranges changed owner since the last run) before the router serves.
     let contract = launch.storage_config.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
     let stores = crate::server::connect_stores(&launch.etcd_endpoints, &contract).await?;
-    let shards = Shards::connect(stores, started.iter().map(|(_, url)| url.clone()).collect(), bookmark_interval).await?;
+    let shards = RouterState::connect(stores, started.iter().map(|(_, url)| url.clone()).collect(), bookmark_interval).await?;
     let pids = started.iter().map(|(c, _)| c.id().unwrap_or(0)).collect();
     let supervisors = started
         .into_iter()
@@ -84,7 +84,7 @@ async fn spawn_shard(launch: &ShardLaunch, i: usize, range: HashRange) -> std::i
     Ok((child, url))
 }
 
-async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLaunch, shards: Arc<Shards>, shutdown: CancellationToken) {
+async fn supervise(i: usize, mut child: Child, range: HashRange, launch: ShardLaunch, shards: Arc<RouterState>, shutdown: CancellationToken) {
     // Hold the child's stdin outside the Child: `Child::wait` closes stdin before waiting, and a
     // closed stdin tells the shard its parent is gone.
     let mut _stdin = child.stdin.take();

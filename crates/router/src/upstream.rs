@@ -13,9 +13,10 @@
 //! every router has switched, so the old streams are whole up to the watermark and the new ones
 //! from it.
 
-use crate::forward::{passthrough, refusal, unavailable, MapEpoch, Shards, UpstreamEpoch};
+use crate::forward::passthrough;
+use crate::state::{MapEpoch, RouterState, UpstreamEpoch};
 use axum::body::Body;
-use axum::http::{header, HeaderValue, Method, Response, StatusCode};
+use axum::http::{header, HeaderValue, Method, Response};
 use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::Value;
@@ -86,7 +87,7 @@ fn classify(line: &[u8]) -> Option<Line> {
 
 /// Opens one shard stream of every change after `after`; a refusal for a stale map is an error
 /// (code 421), any other non-success answer is passed on as the response to give the client.
-async fn open_one(shards: &Shards, base: &str, spec: &UpstreamSpec, after: u64) -> Result<Result<reqwest::Response, Response<Body>>, ApiError> {
+async fn open_one(shards: &RouterState, base: &str, spec: &UpstreamSpec, after: u64) -> Result<Result<reqwest::Response, Response<Body>>, ApiError> {
     let mut q = spec.query.clone();
     if !q.is_empty() {
         q.push('&');
@@ -96,10 +97,7 @@ async fn open_one(shards: &Shards, base: &str, spec: &UpstreamSpec, after: u64) 
     if let Some(a) = &spec.accept {
         req = req.header(header::ACCEPT, a);
     }
-    let resp = req.send().await.map_err(|e| unavailable(base, &e))?;
-    if resp.status() == StatusCode::MISDIRECTED_REQUEST {
-        return Err(refusal(&resp.bytes().await.unwrap_or_default()));
-    }
+    let resp = shards.send(base, req).await?;
     if !resp.status().is_success() {
         let status = resp.status();
         let body: Value = resp.json().await.unwrap_or(Value::Null);
@@ -135,7 +133,7 @@ fn read(i: usize, resp: reqwest::Response, input: mpsc::Sender<(usize, Option<Li
 }
 
 /// Opens every shard's stream after `after` and starts merging them.
-pub async fn open(shards: &Arc<Shards>, spec: &UpstreamSpec, after: u64) -> Result<Result<mpsc::Receiver<Merged>, Response<Body>>, ApiError> {
+pub async fn open(shards: &Arc<RouterState>, spec: &UpstreamSpec, after: u64) -> Result<Result<mpsc::Receiver<Merged>, Response<Body>>, ApiError> {
     // The epoch first: if the map changes while the streams open, the change is seen after.
     let mut epochs = shards.epoch_changes();
     let epoch = epochs.borrow_and_update().epoch;
@@ -151,7 +149,7 @@ pub async fn open(shards: &Arc<Shards>, spec: &UpstreamSpec, after: u64) -> Resu
 }
 
 /// Opens a stream after `after` on every shard of `urls`.
-async fn open_all(shards: &Shards, urls: &[String], spec: &UpstreamSpec, after: u64) -> Result<Result<Vec<reqwest::Response>, Response<Body>>, ApiError> {
+async fn open_all(shards: &RouterState, urls: &[String], spec: &UpstreamSpec, after: u64) -> Result<Result<Vec<reqwest::Response>, Response<Body>>, ApiError> {
     let mut streams = Vec::with_capacity(urls.len());
     for base in urls {
         match open_one(shards, base, spec, after).await? {
@@ -170,7 +168,7 @@ struct Switch {
 
 /// The merge of one set of shard streams, and what it has yielded.
 struct Upstream {
-    shards: Arc<Shards>,
+    shards: Arc<RouterState>,
     spec: UpstreamSpec,
     urls: Vec<String>,
     merge: WatchMerge<Bytes>,
@@ -184,7 +182,7 @@ struct Upstream {
 }
 
 impl Upstream {
-    fn start(shards: Arc<Shards>, spec: UpstreamSpec, urls: Vec<String>, after: u64, streams: Vec<reqwest::Response>, epoch: UpstreamEpoch) -> Self {
+    fn start(shards: Arc<RouterState>, spec: UpstreamSpec, urls: Vec<String>, after: u64, streams: Vec<reqwest::Response>, epoch: UpstreamEpoch) -> Self {
         let (in_tx, in_rx) = mpsc::channel(1024);
         for (i, resp) in streams.into_iter().enumerate() {
             read(i, resp, in_tx.clone());

@@ -6,7 +6,7 @@
 //! on; a broken shard stream ends the client's watch cleanly at the last RV it was sent. A
 //! change of the range map goes unnoticed: the upstream switches shards under it (RFC 0006).
 
-use crate::forward::Shards;
+use crate::state::RouterState;
 use crate::hub::Subscription;
 use crate::list::{merged_page, passed_query, revision_and_start, target_path};
 use crate::upstream::{self, Merged, UpstreamSpec};
@@ -61,7 +61,7 @@ impl Source {
 
 /// Serves a merged WATCH.
 /// `registered` is the client's `apiserver_registered_watchers` gauge, raised while the watch runs.
-pub async fn watch(shards: Arc<Shards>, t: Target, o: ListOptions, query: &Query, headers: &HeaderMap, registered: IntGauge) -> Result<Response<Body>, ApiError> {
+pub async fn watch(shards: Arc<RouterState>, t: Target, o: ListOptions, query: &Query, headers: &HeaderMap, registered: IntGauge) -> Result<Response<Body>, ApiError> {
     // The client's representation (JSON, Table, PartialObjectMetadata): the shards render live
     // events in it; the initial state, read as JSON, is rendered here the same way.
     let view = View { lines: false, ..View::of_request(headers, query)? };

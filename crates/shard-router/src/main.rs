@@ -3,7 +3,7 @@
 
 use clap::Parser;
 use shardplane_router::topology::{self, ShardLaunch};
-use shardplane_router::{serve_shards, Shards};
+use shardplane_router::{serve_shards, RouterState};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -127,7 +127,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
         }
     } else {
         let connected = match shardplane_router::connect_stores(&args.etcd_endpoints, &contract).await {
-            Ok(stores) => Shards::connect(stores, args.shard_urls.clone(), std::time::Duration::from_secs(args.bookmark_interval.max(1))).await,
+            Ok(stores) => RouterState::connect(stores, args.shard_urls.clone(), std::time::Duration::from_secs(args.bookmark_interval.max(1))).await,
             Err(e) => Err(std::io::Error::other(format!("etcd: {e}"))),
         };
         match connected {

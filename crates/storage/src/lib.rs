@@ -11,6 +11,7 @@
 
 mod compaction;
 pub mod contract;
+pub mod follow;
 pub mod members;
 pub mod range_map;
 mod watch;

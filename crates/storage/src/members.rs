@@ -65,16 +65,10 @@ pub struct Members {
     pub revision: u64,
 }
 
-fn prefix_end(prefix: &str) -> Vec<u8> {
-    let mut end = prefix.as_bytes().to_vec();
-    *end.last_mut().expect("prefix") += 1;
-    end
-}
-
 impl Storage {
     /// Every live member (those whose leases are alive), at one revision.
     pub async fn members(&self) -> Result<Members> {
-        let resp = self.client.kv_client().get("/shardplane/members/", Some(GetOptions::new().with_range(prefix_end("/shardplane/members/")))).await?;
+        let resp = self.client.kv_client().get("/shardplane/members/", Some(GetOptions::new().with_range(shardplane_keyspace::etcd_layout::prefix_end(b"/shardplane/members/")))).await?;
         let mut m = Members { revision: resp.header().map_or(0, |h| h.revision() as u64), ..Default::default() };
         for kv in resp.kvs() {
             let key = String::from_utf8_lossy(kv.key());

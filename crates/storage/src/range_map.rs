@@ -6,7 +6,7 @@
 //! This module owns only the document's format and how it is read, written and followed; whether
 //! a map is valid (every hash owned exactly once) is the coordinator's rule.
 
-use crate::{Result, Storage, StorageError, WatchItem};
+use crate::{Result, Storage, StorageError};
 use shardplane_keyspace::{HashRange, RangeSet};
 use tokio::sync::watch;
 
@@ -168,41 +168,28 @@ impl Storage {
     pub fn follow_range_map(&self) -> watch::Receiver<Option<StoredRangeMap>> {
         let (tx, rx) = watch::channel(None);
         let storage = self.clone();
+        let stop = tokio_util::sync::CancellationToken::new();
         tokio::spawn(async move {
-            while !tx.is_closed() {
-                if let Err(e) = storage.follow_once(&tx).await {
-                    tracing::warn!(error = %e, "following the range map failed; retrying");
+            let mut end = RANGE_MAP_KEY.to_vec();
+            end.push(0);
+            let options = crate::follow::FollowOptions { what: "range map", retry: std::time::Duration::from_millis(500), progress: None, stop: stop.clone() };
+            let following = crate::follow::follow(&storage, RANGE_MAP_KEY, &end, options, |f| {
+                let latest = match f {
+                    crate::follow::Followed::Listed { kvs, .. } => kvs.into_iter().last(),
+                    crate::follow::Followed::Changed(events) => events.into_iter().rev().find(|e| !e.deleted).map(|e| e.kv),
+                    crate::follow::Followed::Progress(_) => None,
+                };
+                if let Some(kv) = latest {
+                    tx.send_replace(Some(decode(&kv.value, kv.mod_revision).map_err(|e| e.to_string())?));
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(std::time::Duration::from_millis(500)) => {}
-                    _ = tx.closed() => return,
-                }
+                Ok(())
+            });
+            // Followed until every receiver is gone.
+            tokio::select! {
+                _ = following => {}
+                _ = tx.closed() => stop.cancel(),
             }
         });
         rx
-    }
-
-    async fn follow_once(&self, tx: &watch::Sender<Option<StoredRangeMap>>) -> Result<()> {
-        let (kv, rev) = self.get(RANGE_MAP_KEY).await?;
-        if let Some(kv) = kv {
-            tx.send_replace(Some(decode(&kv.value, kv.mod_revision)?));
-        }
-        let mut end = RANGE_MAP_KEY.to_vec();
-        end.push(0);
-        let mut w = self.watch_range(RANGE_MAP_KEY, &end, rev).await?;
-        loop {
-            tokio::select! {
-                item = w.next() => match item? {
-                    Some(WatchItem::Events(events)) => {
-                        if let Some(last) = events.iter().rev().find(|e| !e.deleted) {
-                            tx.send_replace(Some(decode(&last.kv.value, last.kv.mod_revision)?));
-                        }
-                    }
-                    Some(WatchItem::Progress(_)) => {}
-                    None => return Ok(()),
-                },
-                _ = tx.closed() => return Ok(()),
-            }
-        }
     }
 }

@@ -18,4 +18,4 @@ pub mod reflector;
 
 pub use cache::{CacheConfig, CacheError, CacheEvent, CacheStats, EventType, ListPage, PastChange, WatchCache, WatchMsg, Watcher};
 pub use filter::{Filter, Owned};
-pub use object::{decode_object, CachedObject, ObjectCodec};
+pub use object::{cache_key, decode_object, split_cache_key, CachedObject, ObjectCodec};

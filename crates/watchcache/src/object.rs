@@ -101,6 +101,11 @@ pub fn cache_key(namespace: &str, name: &str) -> Box<str> {
     format!("{namespace}\0{name}").into_boxed_str()
 }
 
+/// The (namespace, name) of a cache key; a key without a namespace part is a cluster-scoped name.
+pub fn split_cache_key(key: &str) -> (&str, &str) {
+    key.split_once('\0').unwrap_or(("", key))
+}
+
 /// Turns stored bytes into cached objects for one resource.
 #[derive(Clone)]
 pub struct ObjectCodec {
