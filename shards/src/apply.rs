@@ -4,20 +4,19 @@
 //! with the same compare-and-swap, admission and validation as every other write.
 
 use shardplane_http::body;
-use crate::handlers::{self, current_from, form_value, insert, subresource, write_over, Reply, Source};
-use crate::shard::Shard;
-use axum::http::HeaderMap;
+use crate::handlers::{self, current_from, form_value, insert, subresource, write_over, Call, Reply, Source};
 use serde_json::Value;
 use shardplane_apimachinery::apply::{parse_config, Apply, Scope};
 use shardplane_apimachinery::meta::{self, Subresource};
 use shardplane_apimachinery::field_validation::{self, FieldValidation};
 use shardplane_apimachinery::openapi;
-use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::ApiError;
 
 /// One apply of `raw` to the object `name` (read from `source` first, then from etcd if a write
 /// raced it).
-pub(crate) async fn apply(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8], mut source: Source) -> Reply {
+pub(crate) async fn apply(c: Call<'_>, mut source: Source) -> Reply {
+    let Call { shard, target: t, headers, query, body: raw } = c;
+    let name = c.name();
     let info = &t.info;
     let sub = subresource(t)?;
     let manager = form_value(query, "fieldManager").filter(|m| !m.is_empty()).ok_or_else(|| ApiError::bad_request("fieldManager is required for apply requests"))?;

@@ -31,6 +31,24 @@ pub const WAIT: Duration = Duration::from_secs(3);
 
 pub(crate) type Reply = Result<Response<Body>, ApiError>;
 
+/// One write's request as the verbs take it: the shard, the resource path's target, and the
+/// request's headers, raw query and body.
+#[derive(Clone, Copy)]
+pub struct Call<'a> {
+    pub shard: &'a Shard,
+    pub target: &'a Target,
+    pub headers: &'a HeaderMap,
+    pub query: &'a str,
+    pub body: &'a [u8],
+}
+
+impl Call<'_> {
+    /// The object's name from the path ("" for a collection).
+    pub fn name(&self) -> &str {
+        self.target.name.as_deref().unwrap_or("")
+    }
+}
+
 
 /// Maps cache errors of a read at `rv` to upstream's Status.
 pub fn cache_err(e: CacheError, continuing: bool) -> ApiError {
@@ -247,7 +265,8 @@ async fn check_namespace(shard: &Shard, info: &ResourceInfo, ns: &str, name: &st
 }
 
 /// POST to a collection.
-pub async fn create(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+pub async fn create(c: Call<'_>) -> Reply {
+    let Call { shard, target: t, headers, query, body: raw } = c;
     let info = &t.info;
     let mut obj = body::decode_object(headers, raw)?;
     body::check_type(info, &mut obj)?;
@@ -352,11 +371,13 @@ where
 }
 
 /// PUT of an object (or its status / finalize subresource).
-pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
-    cache_first(query, |source| update_from(shard, t, name, headers, query, raw, source)).await
+pub async fn update(c: Call<'_>) -> Reply {
+    cache_first(c.query, |source| update_from(c, source)).await
 }
 
-async fn update_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8], mut source: Source) -> Reply {
+async fn update_from(c: Call<'_>, mut source: Source) -> Reply {
+    let Call { shard, target: t, headers, query, body: raw } = c;
+    let name = c.name();
     let info = &t.info;
     let sub = subresource(t)?;
     let dry = dry_run(query)?;
@@ -381,7 +402,7 @@ async fn update_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
         let (old, kv) = match current_from(shard, info, &key, &ns, name, source).await {
             Ok(c) => c,
             Err(e) if e.code == 404 && info.allow_create_on_update && sub == Subresource::Main && t.subresource.is_none() => {
-                return create(shard, &Target { name: None, ..t.clone() }, headers, query, raw).await;
+                return create(Call { target: &Target { name: None, ..t.clone() }, ..c }).await;
             }
             Err(e) => return Err(e),
         };
@@ -408,11 +429,13 @@ async fn update_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
 }
 
 /// PATCH of an object or its status.
-pub async fn patch(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
-    cache_first(query, |source| patch_from(shard, t, name, headers, query, raw, source)).await
+pub async fn patch(c: Call<'_>) -> Reply {
+    cache_first(c.query, |source| patch_from(c, source)).await
 }
 
-async fn patch_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8], mut source: Source) -> Reply {
+async fn patch_from(c: Call<'_>, mut source: Source) -> Reply {
+    let Call { shard, target: t, headers, query, body: raw } = c;
+    let name = c.name();
     let info = &t.info;
     let sub = subresource(t)?;
     let dry = dry_run(query)?;
@@ -425,7 +448,7 @@ async fn patch_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
         if ct.starts_with("application/apply-patch+cbor") {
             return Err(ApiError::unsupported_media_type(ct));
         }
-        return crate::apply::apply(shard, t, name, headers, query, raw, source).await;
+        return crate::apply::apply(c, source).await;
     }
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(info, &ns, name)?;
@@ -457,11 +480,13 @@ async fn patch_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, 
 }
 
 /// DELETE of one object, with DeleteOptions preconditions, finalizers and namespace lifecycle.
-pub async fn delete(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
-    cache_first(query, |source| delete_from(shard, t, name, headers, query, raw, source)).await
+pub async fn delete(c: Call<'_>) -> Reply {
+    cache_first(c.query, |source| delete_from(c, source)).await
 }
 
-async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8], mut source: Source) -> Reply {
+async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
+    let Call { shard, target: t, headers, query, body: raw } = c;
+    let name = c.name();
     let info = &t.info;
     if t.subresource.is_some() {
         return Err(ApiError::method_not_allowed("delete", &info.group, &info.plural));
@@ -537,7 +562,8 @@ async fn delete_from(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap,
 }
 
 /// DELETE of a collection: every selected object this shard owns; answers the deleted objects.
-pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, raw: &[u8]) -> Reply {
+pub async fn delete_collection(c: Call<'_>) -> Reply {
+    let Call { shard, target: t, query, .. } = c;
     let o = ListOptions::parse(query, &t.info)?;
     let served = shard.served(&t.info)?;
     let cache = &served.cache;
@@ -547,7 +573,7 @@ pub async fn delete_collection(shard: &Shard, t: &Target, headers: &HeaderMap, q
     let mut deleted = Vec::new();
     for item in &page.items {
         let it = Target { namespace: Some(item.namespace().to_owned()).filter(|_| t.info.namespaced), name: Some(item.name().to_owned()), subresource: None, info: t.info.clone() };
-        match delete(shard, &it, item.name(), headers, query, raw).await {
+        match delete(Call { target: &it, ..c }).await {
             Ok(_) => deleted.push(item.clone()),
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),

@@ -7,7 +7,7 @@ use shardplane_http::body;
 use crate::handlers::{current_from, dry_run, stored_bytes, Source};
 use crate::shard::Shard;
 use axum::body::Body;
-use axum::http::{HeaderMap, Response, StatusCode};
+use axum::http::{Response, StatusCode};
 use serde_json::{json, Value};
 use shardplane_apimachinery::crd::ScalePaths;
 use shardplane_apimachinery::meta::{self, Subresource};
@@ -81,7 +81,9 @@ pub async fn get(shard: &Shard, t: &Target, name: &str) -> Reply {
 
 /// PUT (`patch` None) or PATCH of `.../{name}/scale`: the Scale's `spec.replicas` goes to the
 /// object's spec replicas path; a resourceVersion in it is a precondition.
-pub async fn update(shard: &Shard, t: &Target, name: &str, headers: &HeaderMap, query: &str, raw: &[u8], patch: Option<PatchType>) -> Reply {
+pub async fn update(c: crate::handlers::Call<'_>, patch: Option<PatchType>) -> Reply {
+    let crate::handlers::Call { shard, target: t, headers, query, body: raw } = c;
+    let name = c.name();
     let paths = paths(t)?;
     let info = &t.info;
     let dry = dry_run(query)?;

@@ -1,7 +1,7 @@
 //! The shard's HTTP server: its configuration, start-up, and its routes onto the shared
 //! request surface (`shardplane-http`).
 
-use crate::handlers;
+use crate::handlers::{self, Call};
 use crate::shard::Shard;
 use crate::watch;
 use axum::body::Body;
@@ -264,17 +264,18 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
     }
     // Negotiated before anything is done, for writes too (their answer is transformed alike).
     let view = View::of_request(&ctx.headers, &ctx.query)?;
-    let (headers, query, raw) = (&ctx.headers, ctx.query.raw(), &ctx.body[..]);
+    let call = Call { shard, target: &t, headers: &ctx.headers, query: ctx.query.raw(), body: &ctx.body };
+    let query = call.query;
     let not_allowed = |m: &str| ApiError::method_not_allowed(&m.to_ascii_lowercase(), &t.info.group, &t.info.plural);
     let name = t.name.as_deref();
     if t.subresource.as_deref() == Some("scale") {
         return Ok(match (ctx.method.as_str(), name) {
             ("GET", Some(n)) => crate::scale::get(shard, &t, n).await?,
-            ("PUT", Some(n)) => crate::scale::update(shard, &t, n, headers, query, raw, None).await?,
-            ("PATCH", Some(n)) => {
+            ("PUT", Some(_)) => crate::scale::update(call, None).await?,
+            ("PATCH", Some(_)) => {
                 let ct = ctx.header(header::CONTENT_TYPE);
                 let ty = PatchType::from_content_type(ct).filter(|t| *t != PatchType::Apply).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
-                crate::scale::update(shard, &t, n, headers, query, raw, Some(ty)).await?
+                crate::scale::update(call, Some(ty)).await?
             }
             (m, _) => return Err(not_allowed(m).into()),
         });
@@ -290,11 +291,11 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
             }
             return Ok(handlers::get(shard, &t, n, query, view).await?);
         }
-        ("POST", None) => handlers::create(shard, &t, headers, query, raw).await,
-        ("PUT", Some(n)) => handlers::update(shard, &t, n, headers, query, raw).await,
-        ("PATCH", Some(n)) => handlers::patch(shard, &t, n, headers, query, raw).await,
-        ("DELETE", Some(n)) => handlers::delete(shard, &t, n, headers, query, raw).await,
-        ("DELETE", None) => handlers::delete_collection(shard, &t, headers, query, raw).await,
+        ("POST", None) => handlers::create(call).await,
+        ("PUT", Some(_)) => handlers::update(call).await,
+        ("PATCH", Some(_)) => handlers::patch(call).await,
+        ("DELETE", Some(_)) => handlers::delete(call).await,
+        ("DELETE", None) => handlers::delete_collection(call).await,
         (m, _) => return Err(not_allowed(m).into()),
     };
     // A write's answer goes out in the representation asked for, as a read's does.
