@@ -3,7 +3,6 @@
 
 use serde_json::{Value, json};
 use shardplane_apimachinery::encode::object_bytes;
-use shardplane_apimachinery::meta;
 use shardplane_apimachinery::resources::{ResourceInfo, builtin_resources, find};
 use shardplane_keyspace::{ObjectKey, etcd_layout};
 
@@ -72,7 +71,7 @@ pub fn object(kind: Kind, i: usize) -> (String, Vec<u8>) {
             "spec": {"holderIdentity": format!("controller-{}-{:08x}", i % 13, i), "leaseDurationSeconds": 15, "acquireTime": "2026-11-30T00:00:00.000000Z", "renewTime": "2026-11-30T00:00:10.000000Z", "leaseTransitions": i % 5},
         }),
     };
-    meta::prepare_for_create(&kind.info(), &mut obj);
+    shardplane_apimachinery::strategy::prepare_for_create(&kind.info(), &mut obj);
     let name = obj["metadata"]["name"].as_str().expect("name").to_owned();
     let (group, _, plural) = kind.resource();
     let key = etcd_layout::object_key(&ObjectKey::new(group, plural, &ns, &name));

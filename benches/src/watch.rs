@@ -13,7 +13,6 @@ use crate::report::{Section, Series, line_plot, percentile};
 use futures::StreamExt;
 use serde_json::json;
 use shardplane_apimachinery::encode::object_bytes;
-use shardplane_apimachinery::meta;
 use shardplane_keyspace::{HashRange, ObjectKey, etcd_layout};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -93,7 +92,7 @@ async fn write(endpoint: &str, first: usize, count: usize, rate: usize) -> Vec<I
         let batch: Vec<usize> = (i..(i + per_step).min(count)).collect();
         let puts = batch.iter().map(|&j| {
             let mut obj = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("w-{:07}", first + j), "namespace": NS}, "data": {"v": "x".repeat(200)}});
-            meta::prepare_for_create(&info, &mut obj);
+            shardplane_apimachinery::strategy::prepare_for_create(&info, &mut obj);
             let mut kv = client.kv_client();
             let value = object_bytes(&obj);
             let k = key(first + j);

@@ -88,7 +88,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     let key = |i: usize| etcd_layout::object_key(&ObjectKey::new("", "configmaps", "raw", &format!("wr-{i:07}")));
     let bytes = |i: usize, round: u32| {
         let mut o = configmap(i, round);
-        shardplane_apimachinery::meta::prepare_for_create(&crate::objects::Kind::ConfigMap.info(), &mut o);
+        shardplane_apimachinery::strategy::prepare_for_create(&crate::objects::Kind::ConfigMap.info(), &mut o);
         object_bytes(&o)
     };
     // A create and an update are both a plain put in raw etcd; only the round differs.

@@ -7,7 +7,8 @@ use shardplane_http::body;
 use crate::handlers::{self, current_from, form_value, insert, subresource, write_over, Call, Reply, Source};
 use serde_json::Value;
 use shardplane_apimachinery::apply::{parse_config, Apply, Scope};
-use shardplane_apimachinery::meta::{self, Subresource};
+use shardplane_apimachinery::meta;
+use shardplane_apimachinery::strategy::{self, Subresource};
 use shardplane_apimachinery::field_validation::{self, FieldValidation};
 use shardplane_apimachinery::openapi;
 use shardplane_apimachinery::ApiError;
@@ -81,7 +82,7 @@ pub(crate) async fn apply(c: Call<'_>, mut source: Source) -> Reply {
         }
         let mut new = applier.to_live(schema.as_deref(), &old, &config)?;
         admit_custom(info, &mut new)?;
-        meta::prepare_for_update(info, &old, &mut new, sub);
+        strategy::prepare_for_update(info, &old, &mut new, sub);
         crate::crds::admit(shard, info, &mut new, sub).await;
         if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &warnings).await? {
             return Ok(r);

@@ -7,7 +7,8 @@
 use crate::shard::Shard;
 use shardplane_catalog::CATCH_UP;
 use serde_json::Value;
-use shardplane_apimachinery::meta::{self, Subresource};
+use shardplane_apimachinery::meta;
+use shardplane_apimachinery::strategy::Subresource;
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::{crd, kind_rules, ApiError};
 use shardplane_keyspace::{etcd_layout, HashRange};

@@ -16,7 +16,8 @@ use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_apimachinery::encode;
 use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
-use shardplane_apimachinery::meta::{self, Subresource};
+use shardplane_apimachinery::meta;
+use shardplane_apimachinery::strategy::{self, Subresource};
 use shardplane_apimachinery::field_validation::{drop_unknown_fields, duplicate_fields, FieldValidation};
 use shardplane_apimachinery::patch::{self, PatchType};
 use shardplane_apimachinery::resources::ResourceInfo;
@@ -310,7 +311,7 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
         check_namespace(shard, info, &path_ns, &name).await?;
     }
     crate::crds::refuse_create_if_terminating(shard, info)?;
-    meta::prepare_for_create(info, &mut obj);
+    strategy::prepare_for_create(info, &mut obj);
     crate::crds::admit(shard, info, &mut obj, Subresource::Main).await;
     if dry {
         return respond_warning(StatusCode::CREATED, &mut obj, None, unknown);
@@ -416,7 +417,7 @@ async fn update_from(c: Call<'_>, mut source: Source) -> Reply {
             new = old.clone();
             new["spec"]["finalizers"] = fin.unwrap_or(json!([]));
         }
-        meta::prepare_for_update(info, &old, &mut new, sub);
+        strategy::prepare_for_update(info, &old, &mut new, sub);
         crate::crds::admit(shard, info, &mut new, sub).await;
         if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &unknown).await? {
             return Ok(r);
@@ -470,7 +471,7 @@ async fn patch_from(c: Call<'_>, mut source: Source) -> Reply {
         }
         body::check_type(info, &mut new)?;
         let unknown = validate_fields(info, query, &mut new, &[])?;
-        meta::prepare_for_update(info, &old, &mut new, sub);
+        strategy::prepare_for_update(info, &old, &mut new, sub);
         crate::crds::admit(shard, info, &mut new, sub).await;
         if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &unknown).await? {
             return Ok(r);

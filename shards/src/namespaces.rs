@@ -63,7 +63,7 @@ pub async fn bootstrap(shard: Arc<Shard>) {
         .chain([(svc_info, "default", "kubernetes", kubernetes_service())]);
     for (info, namespace, name, mut obj) in objects {
         let Ok(key) = shard.owned_key(&info, namespace, name) else { continue };
-        shardplane_apimachinery::meta::prepare_for_create(&info, &mut obj);
+        shardplane_apimachinery::strategy::prepare_for_create(&info, &mut obj);
         loop {
             match shard.store(&info).create(&key, shardplane_apimachinery::encode::object_bytes(&obj)).await {
                 Ok(_) | Err(shardplane_storage::StorageError::AlreadyExists) => break,

@@ -10,7 +10,8 @@ use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{json, Value};
 use shardplane_apimachinery::crd::ScalePaths;
-use shardplane_apimachinery::meta::{self, Subresource};
+use shardplane_apimachinery::meta;
+use shardplane_apimachinery::strategy::{self, Subresource};
 use shardplane_apimachinery::patch::{self, PatchType};
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::status::cause;
@@ -121,7 +122,7 @@ pub async fn update(c: crate::handlers::Call<'_>, patch: Option<PatchType>) -> R
         if !causes.is_empty() {
             return Err(ApiError::invalid(&info.group, &info.kind, name, causes));
         }
-        meta::prepare_for_update(info, &old, &mut new, Subresource::Main);
+        strategy::prepare_for_update(info, &old, &mut new, Subresource::Main);
         if dry {
             return respond(&scale_of(&new, paths));
         }

@@ -4,8 +4,7 @@
 //! and Jobs, with Job's generated selector.
 //!
 //! Not here: values upstream *allocates* rather than defaults (a Service's clusterIP and node
-//! ports need cluster-wide allocators), and admission plugins (default tolerations, the default
-//! ServiceAccount).
+//! ports need cluster-wide allocators), and admission plugins ([`crate::admission`]).
 
 use crate::resources::ResourceInfo;
 use serde_json::{json, Map, Value};
@@ -222,23 +221,6 @@ pub fn apply(info: &ResourceInfo, obj: &mut Value) {
             default_template(obj);
         }
         _ => {}
-    }
-}
-
-/// Upstream's DefaultTolerationSeconds admission plugin (on by default): a new pod tolerates
-/// `not-ready` and `unreachable` nodes for 300 s unless it says otherwise for those keys.
-pub fn default_toleration_seconds(pod: &mut Value) {
-    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
-    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
-    let Some(list) = tolerations.as_array_mut() else { return };
-    for key in ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"] {
-        let covered = list.iter().any(|t| {
-            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
-            (effect.is_empty() || effect == "NoExecute") && (t.get("key").and_then(Value::as_str) == Some(key) || (t.get("key").is_none() && t.get("operator").and_then(Value::as_str) == Some("Exists")))
-        });
-        if !covered {
-            list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
-        }
     }
 }
 

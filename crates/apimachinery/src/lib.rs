@@ -9,9 +9,10 @@
 //! - **Codecs**: upstream's key order on the wire and readers of it ([`encode`]), protobuf request
 //!   bodies ([`protobuf`]), watch event lines ([`watch_event`]), OpenAPI documents and the bundled
 //!   schemas ([`openapi`]).
-//! - **Write rules**: object metadata ([`meta`]), field validation by schema
-//!   ([`field_validation`]), per-kind validation ([`kind_rules`]), upstream's defaulting and the
-//!   admission steps shardplane runs ([`defaults`]), string formats ([`formats`]), custom
+//! - **Write rules**: object metadata ([`meta`]), per-kind create and update strategies
+//!   ([`strategy`]), field validation by schema
+//!   ([`field_validation`]), per-kind validation ([`kind_rules`]), upstream's defaulting ([`defaults`]),
+//!   the mutating admission steps shardplane runs ([`admission`]), string formats ([`formats`]), custom
 //!   resources' value rules ([`structural`]), CustomResourceDefinitions and what they serve
 //!   ([`crd`]), the three patch formats ([`patch`]) and server-side apply ([`apply`]).
 //!
@@ -22,6 +23,7 @@
 //! It must never do I/O or hold state: it turns requests into validated values and objects into
 //! objects, so the shard, the router and the conformance suite all agree on one reading of the API.
 
+pub mod admission;
 pub mod apply;
 pub mod continue_token;
 pub mod crd;
@@ -40,6 +42,7 @@ pub mod request_path;
 pub mod resources;
 pub mod selectors;
 pub mod status;
+pub mod strategy;
 pub mod structural;
 pub mod watch_event;
 

@@ -1,4 +1,4 @@
-//! Object metadata rules: name and label validation, server-set fields on create and update.
+//! Object metadata rules: name and label validation, and the metadata helpers every write uses.
 //!
 //! Objects are handled as `serde_json::Value` only transiently while a write is prepared; the
 //! cache and the wire keep bytes.
@@ -196,104 +196,6 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
     causes
 }
 
-/// Sets the server-owned fields of a new object (`resourceVersion` is added when it is read back).
-pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
-    let meta = metadata_mut(obj);
-    meta.insert("uid".into(), Value::String(new_uid()));
-    meta.insert("creationTimestamp".into(), Value::String(now_rfc3339()));
-    for f in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"] {
-        meta.remove(f);
-    }
-    if info.tracks_generation {
-        meta.insert("generation".into(), Value::from(1));
-    } else {
-        meta.remove("generation");
-    }
-    crate::defaults::apply(info, obj);
-    if info.kind == "Job" && info.group == "batch" {
-        crate::defaults::generate_job_selector(obj);
-    }
-    if info.plural == "namespaces" && info.group.is_empty() {
-        obj["spec"] = serde_json::json!({"finalizers": ["kubernetes"]});
-        obj["status"] = serde_json::json!({"phase": "Active"});
-    } else if info.has_status && info.plural != "services" && info.plural != "pods" {
-        // Status is written through the status subresource; a create starts without one.
-        if let Some(o) = obj.as_object_mut() {
-            o.remove("status");
-        }
-    }
-    crate::defaults::zero_status(info, obj);
-    if info.plural == "pods" && info.group.is_empty() {
-        crate::defaults::default_toleration_seconds(obj);
-        let status = obj.as_object_mut().expect("object").entry("status").or_insert_with(|| serde_json::json!({}));
-        if let Some(s) = status.as_object_mut() {
-            s.entry("phase").or_insert_with(|| Value::String("Pending".into()));
-            s.entry("qosClass").or_insert_with(|| Value::String("BestEffort".into()));
-        }
-    }
-}
-
-/// Which part of an object a write may change.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Subresource {
-    /// The main resource: status is kept from the stored object (when a status subresource exists).
-    Main,
-    /// The status subresource: spec is kept from the stored object.
-    Status,
-}
-
-/// Carries server-owned fields from `old` into `new` and applies the subresource rules.
-pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub: Subresource) {
-    crate::defaults::apply(info, new);
-    let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
-    {
-        let meta = metadata_mut(new);
-        for f in ["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "namespace", "name"] {
-            match old_meta.get(f) {
-                Some(v) => {
-                    meta.insert(f.into(), v.clone());
-                }
-                None => {
-                    meta.remove(f);
-                }
-            }
-        }
-        meta.remove("resourceVersion");
-        meta.remove("selfLink");
-    }
-    let new_obj = new.as_object_mut().expect("object");
-    match sub {
-        Subresource::Main if info.has_status => match old.get("status") {
-            Some(s) => {
-                new_obj.insert("status".into(), s.clone());
-            }
-            None => {
-                new_obj.remove("status");
-            }
-        },
-        Subresource::Status => {
-            match old.get("spec") {
-                Some(s) => new_obj.insert("spec".into(), s.clone()),
-                None => new_obj.remove("spec"),
-            };
-            if info.plural == "namespaces" && info.group.is_empty() {
-                // Namespace phase is server-managed: a status write may add conditions only.
-                if let Some(phase) = old.pointer("/status/phase").cloned() {
-                    if let Some(st) = new_obj.get_mut("status").and_then(Value::as_object_mut) {
-                        st.insert("phase".into(), phase);
-                    }
-                }
-            }
-        }
-        Subresource::Main => {}
-    }
-    crate::defaults::zero_status(info, new);
-    if info.tracks_generation && sub == Subresource::Main && old.get("spec") != new.get("spec") {
-        let g = old_meta.get("generation").and_then(Value::as_i64).unwrap_or(0) + 1;
-        metadata_mut(new).insert("generation".into(), Value::from(g));
-    }
-}
-
 /// Sets `metadata.resourceVersion` on an object read back from storage.
 pub fn set_resource_version(obj: &mut Value, rv: u64) {
     metadata_mut(obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -307,7 +209,6 @@ pub fn has_finalizers(obj: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::{builtin_resources, find};
 
     #[test]
     fn names() {
@@ -322,27 +223,4 @@ mod tests {
         assert!(g.starts_with("web-") && g.len() == 9 && validate_dns1123_subdomain(&g).is_ok());
     }
 
-    #[test]
-    fn generation_moves_only_with_spec() {
-        let all = builtin_resources();
-        let deploy = find(&all, "apps", "v1", "deployments").unwrap();
-        let mut old = serde_json::json!({"metadata": {"name": "d"}, "spec": {"replicas": 1}});
-        prepare_for_create(deploy, &mut old);
-        assert_eq!(old["metadata"]["generation"], 1);
-        let mut relabel = old.clone();
-        relabel["metadata"]["labels"] = serde_json::json!({"a": "b"});
-        prepare_for_update(deploy, &old, &mut relabel, Subresource::Main);
-        assert_eq!(relabel["metadata"]["generation"], 1);
-        let mut scale = old.clone();
-        scale["spec"]["replicas"] = 3.into();
-        prepare_for_update(deploy, &old, &mut scale, Subresource::Main);
-        assert_eq!(scale["metadata"]["generation"], 2);
-        assert_eq!(scale["metadata"]["uid"], old["metadata"]["uid"]);
-        let mut status = old.clone();
-        status["spec"]["replicas"] = 9.into();
-        status["status"] = serde_json::json!({"replicas": 1});
-        prepare_for_update(deploy, &old, &mut status, Subresource::Status);
-        assert_eq!(status["spec"]["replicas"], 1);
-        assert_eq!(status["status"]["replicas"], 1);
-    }
 }

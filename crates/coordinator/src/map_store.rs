@@ -28,8 +28,8 @@ pub enum MapStoreError {
     Storage(#[from] StorageError),
 }
 
-/// The routing table of a stored map, if the map is valid.
-pub fn routing_table(stored: &StoredRangeMap) -> Result<RangeMap<ShardAddr>, MapStoreError> {
+/// A stored map as the map of shard addresses routers route by, if the map is valid.
+pub fn address_map(stored: &StoredRangeMap) -> Result<RangeMap<ShardAddr>, MapStoreError> {
     let mut ids: Vec<&str> = stored.shards.iter().map(|s| s.id.as_str()).collect();
     ids.sort_unstable();
     if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
@@ -83,7 +83,7 @@ pub async fn publish(storage: &Storage, shards: Vec<StoredShard>) -> Result<Stor
     loop {
         let current = storage.load_range_map().await?;
         let next = next_map(current.as_ref().map(|c| &c.map), shards.clone());
-        routing_table(&next)?;
+        address_map(&next)?;
         if current.as_ref().is_some_and(|c| c.map == next) {
             return Ok(next);
         }
@@ -95,10 +95,10 @@ pub async fn publish(storage: &Storage, shards: Vec<StoredShard>) -> Result<Stor
     }
 }
 
-/// The stored map and its routing table.
+/// The stored map and its map of shard addresses.
 pub async fn load(storage: &Storage) -> Result<(StoredRangeMap, RangeMap<ShardAddr>), MapStoreError> {
     let stored = storage.load_range_map().await?.ok_or(MapStoreError::Missing)?.map;
-    let table = routing_table(&stored)?;
+    let table = address_map(&stored)?;
     Ok((stored, table))
 }
 
@@ -142,11 +142,11 @@ mod tests {
     fn invalid_maps_are_refused() {
         let mut dup = even(2, 1000);
         dup[1].id = "s0".into();
-        assert!(matches!(routing_table(&next_map(None, dup)), Err(MapStoreError::DuplicateId(id)) if id == "s0"));
+        assert!(matches!(address_map(&next_map(None, dup)), Err(MapStoreError::DuplicateId(id)) if id == "s0"));
         let mut gap = even(4, 1000);
         gap.remove(2);
-        assert!(matches!(routing_table(&next_map(None, gap)), Err(MapStoreError::Invalid(RangeMapError::NotContiguous(_)))));
-        let table = routing_table(&next_map(None, even(4, 1000))).unwrap();
+        assert!(matches!(address_map(&next_map(None, gap)), Err(MapStoreError::Invalid(RangeMapError::NotContiguous(_)))));
+        let table = address_map(&next_map(None, even(4, 1000))).unwrap();
         assert_eq!(table.owner(u64::MAX).id, "s3");
     }
 
@@ -163,7 +163,7 @@ mod tests {
             let next = next_map(Some(&first), shards);
             prop_assert_eq!(next.epoch == first.epoch, k1 == k2);
             prop_assert!(next.epoch >= first.epoch);
-            prop_assert!(routing_table(&next).is_ok());
+            prop_assert!(address_map(&next).is_ok());
         }
     }
 }

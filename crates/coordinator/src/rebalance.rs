@@ -367,7 +367,7 @@ pub fn transitions(before: &StoredRangeMap, after: &StoredRangeMap) -> (Vec<Hash
 /// are consistent with it: a loading move's range belongs to `from`, a draining one's to `to`,
 /// and no two moves overlap.
 pub fn check(map: &StoredRangeMap) -> Result<(), String> {
-    crate::map_store::routing_table(map).map_err(|e| e.to_string())?;
+    crate::map_store::address_map(map).map_err(|e| e.to_string())?;
     for (i, m) in map.moves.iter().enumerate() {
         let holder = if m.phase == MovePhase::Loading { &m.from } else { &m.to };
         if owner_of(map, &m.range).map(|s| &s.id) != Some(holder) {

@@ -17,7 +17,7 @@ use std::time::Duration;
 /// a request routed under an older epoch (421), and republished when a supervised shard comes
 /// back at a new address.
 pub struct RouterState {
-    table: std::sync::RwLock<RangeMap<ShardAddr>>,
+    map: std::sync::RwLock<RangeMap<ShardAddr>>,
     /// The main store (the range map, membership) and each resource's (the storage contract).
     stores: Stores,
     pub http: reqwest::Client,
@@ -74,12 +74,12 @@ impl RouterState {
             history = HistoryBound { events: history.events.min(h.events), window: history.window.min(h.window) };
         }
         let stored = map_store::publish(storage, described).await.map_err(std::io::Error::other)?;
-        let table = map_store::routing_table(&stored).map_err(std::io::Error::other)?;
-        tracing::info!(epoch = table.epoch(), shards = stored.shards.len(), "range map published");
+        let map = map_store::address_map(&stored).map_err(std::io::Error::other)?;
+        tracing::info!(epoch = map.epoch(), shards = stored.shards.len(), "range map published");
         // Followed for the process's life (a router's RouterState live as long as it serves).
         let catalog = shardplane_catalog::Follower::start(stores.of(shardplane_apimachinery::crd::GROUP, shardplane_apimachinery::crd::PLURAL).clone(), tokio_util::sync::CancellationToken::new());
         Ok(Arc::new(Self {
-            table: std::sync::RwLock::new(table),
+            map: std::sync::RwLock::new(map),
             stores,
             http,
             catalog,
@@ -102,7 +102,7 @@ impl RouterState {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, RangeMap<ShardAddr>> {
-        self.table.read().unwrap_or_else(|p| p.into_inner())
+        self.map.read().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The etcd the map is read from (the main store).
@@ -132,18 +132,18 @@ impl RouterState {
         let stored = map_store::load(self.storage()).await.map_err(map_unavailable)?.0;
         let shards = stored.shards.into_iter().map(|s| if s.id == id { StoredShard { url: url.clone(), ..s } } else { s }).collect();
         let next = map_store::publish(self.storage(), shards).await.map_err(map_unavailable)?;
-        self.install(map_store::routing_table(&next).map_err(map_unavailable)?, next.cutover);
+        self.install(map_store::address_map(&next).map_err(map_unavailable)?, next.cutover);
         Ok(())
     }
 
-    fn install(&self, table: RangeMap<ShardAddr>, cutover: u64) -> bool {
-        let mut current = self.table.write().unwrap_or_else(|p| p.into_inner());
-        if table.epoch() < current.epoch() || *current == table {
+    fn install(&self, next: RangeMap<ShardAddr>, cutover: u64) -> bool {
+        let mut current = self.map.write().unwrap_or_else(|p| p.into_inner());
+        if next.epoch() < current.epoch() || *current == next {
             return false;
         }
-        tracing::info!(from = current.epoch(), to = table.epoch(), "range map refreshed");
-        let (before, after) = (current.epoch(), table.epoch());
-        *current = table;
+        tracing::info!(from = current.epoch(), to = next.epoch(), "range map refreshed");
+        let (before, after) = (current.epoch(), next.epoch());
+        *current = next;
         drop(current);
         if after != before {
             // Ranges moved: every merged watch switches to the new map's shards at its mark.
@@ -185,8 +185,8 @@ impl RouterState {
 
     /// Reads the stored map again; true if it differs from the one in use.
     pub async fn refresh(&self) -> Result<bool, ApiError> {
-        let (stored, table) = map_store::load(self.storage()).await.map_err(map_unavailable)?;
-        Ok(self.install(table, stored.cutover))
+        let (stored, map) = map_store::load(self.storage()).await.map_err(map_unavailable)?;
+        Ok(self.install(map, stored.cutover))
     }
 
     /// Runs `attempt` (which routes by the current map) until no shard refuses it for a stale
