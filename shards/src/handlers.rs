@@ -456,7 +456,7 @@ async fn patch_from(c: Call<'_>, mut source: Source) -> Reply {
     loop {
         let (old, kv) = current_from(shard, info, &key, &ns, name, source).await?;
         let mut new = old.clone();
-        patch::apply(ty, &mut new, raw)?;
+        patch::patch_object(ty, &mut new, raw)?;
         if !new.is_object() {
             return Err(ApiError::bad_request("the patch result is not an object"));
         }

@@ -100,7 +100,7 @@ pub async fn update(c: crate::handlers::Call<'_>, patch: Option<PatchType>) -> R
             (Some(s), _) => s.clone(),
             (None, Some(ty)) => {
                 let mut s = scale_of(&old, paths);
-                patch::apply(ty, &mut s, raw)?;
+                patch::patch_object(ty, &mut s, raw)?;
                 s
             }
             (None, None) => unreachable!("a PUT has a body"),

@@ -112,7 +112,7 @@ fn default_template(obj: &mut Value) {
 }
 
 /// Applies the defaults of `info`'s kind to `obj`.
-pub fn apply(info: &ResourceInfo, obj: &mut Value) {
+pub fn set_defaults(info: &ResourceInfo, obj: &mut Value) {
     match (info.group.as_str(), info.kind.as_str()) {
         (crate::crd::GROUP, "CustomResourceDefinition") => crate::crd::apply_defaults(obj),
         ("", "Pod") => {
@@ -284,7 +284,7 @@ mod tests {
     fn deployment_and_pod_template_defaults() {
         let all = builtin_resources();
         let mut d = json!({"spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "c", "image": "nginx", "ports": [{"containerPort": 80}]}, {"name": "d", "image": "reg:5000/app:1.2"}]}}}});
-        apply(find(&all, "apps", "v1", "deployments").unwrap(), &mut d);
+        set_defaults(find(&all, "apps", "v1", "deployments").unwrap(), &mut d);
         assert_eq!(d["spec"]["replicas"], 1);
         assert_eq!(d["spec"]["strategy"], json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}));
         let c = &d["spec"]["template"]["spec"]["containers"];
@@ -293,7 +293,7 @@ mod tests {
         assert_eq!(d["spec"]["template"]["spec"]["restartPolicy"], "Always");
         // Explicit values are kept.
         let mut r = json!({"spec": {"replicas": 0, "strategy": {"type": "Recreate"}}});
-        apply(find(&all, "apps", "v1", "deployments").unwrap(), &mut r);
+        set_defaults(find(&all, "apps", "v1", "deployments").unwrap(), &mut r);
         assert_eq!((&r["spec"]["replicas"], &r["spec"]["strategy"]), (&json!(0), &json!({"type": "Recreate"})));
     }
 
@@ -301,11 +301,11 @@ mod tests {
     fn service_and_job_defaults() {
         let all = builtin_resources();
         let mut s = json!({"spec": {"ports": [{"port": 80}]}});
-        apply(find(&all, "", "v1", "services").unwrap(), &mut s);
+        set_defaults(find(&all, "", "v1", "services").unwrap(), &mut s);
         assert_eq!(s["spec"]["ports"][0], json!({"port": 80, "protocol": "TCP", "targetPort": 80}));
         assert_eq!((&s["spec"]["type"], &s["spec"]["sessionAffinity"]), (&json!("ClusterIP"), &json!("None")));
         let mut j = json!({"metadata": {"name": "j", "uid": "u1"}, "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": []}}}});
-        apply(find(&all, "batch", "v1", "jobs").unwrap(), &mut j);
+        set_defaults(find(&all, "batch", "v1", "jobs").unwrap(), &mut j);
         generate_job_selector(&mut j);
         assert_eq!((&j["spec"]["completions"], &j["spec"]["parallelism"], &j["spec"]["backoffLimit"]), (&json!(1), &json!(1), &json!(6)));
         assert_eq!(j["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"], "u1");

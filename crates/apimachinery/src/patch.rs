@@ -31,8 +31,8 @@ impl PatchType {
     }
 }
 
-/// Applies `patch` (raw body) of type `ty` to `target`.
-pub fn apply(ty: PatchType, target: &mut Value, patch: &[u8]) -> Result<(), ApiError> {
+/// Patches `target` with `patch` (the raw body) of type `ty`.
+pub fn patch_object(ty: PatchType, target: &mut Value, patch: &[u8]) -> Result<(), ApiError> {
     match ty {
         PatchType::Json => {
             let p: json_patch::Patch = serde_json::from_slice(patch).map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
@@ -213,7 +213,7 @@ mod tests {
             "$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
             "containers": [{"name": "a", "image": "a:2", "env": [{"name": "Y", "value": "2"}]}, {"name": "b", "$patch": "delete"}]
         }}}, "metadata": {"labels": {"y": null, "z": "3"}, "finalizers": ["f2"]}});
-        apply(PatchType::Strategic, &mut d, &serde_json::to_vec(&p).unwrap()).unwrap();
+        patch_object(PatchType::Strategic, &mut d, &serde_json::to_vec(&p).unwrap()).unwrap();
         assert_eq!(
             d,
             json!({"spec": {"template": {"spec": {"containers": [
@@ -225,13 +225,13 @@ mod tests {
     #[test]
     fn merge_and_json_patch() {
         let mut d = json!({"a": {"b": 1, "c": [1, 2]}});
-        apply(PatchType::Merge, &mut d, br#"{"a": {"b": null, "c": [3]}}"#).unwrap();
+        patch_object(PatchType::Merge, &mut d, br#"{"a": {"b": null, "c": [3]}}"#).unwrap();
         assert_eq!(d, json!({"a": {"c": [3]}}));
-        apply(PatchType::Json, &mut d, br#"[{"op": "add", "path": "/a/d", "value": "x"}]"#).unwrap();
+        patch_object(PatchType::Json, &mut d, br#"[{"op": "add", "path": "/a/d", "value": "x"}]"#).unwrap();
         assert_eq!(d["a"]["d"], "x");
-        let e = apply(PatchType::Json, &mut d, br#"[{"op": "test", "path": "/a/d", "value": "y"}]"#).unwrap_err();
+        let e = patch_object(PatchType::Json, &mut d, br#"[{"op": "test", "path": "/a/d", "value": "y"}]"#).unwrap_err();
         assert_eq!(e.code, 422);
-        assert_eq!(apply(PatchType::Merge, &mut d, b"[1]").unwrap_err().code, 400);
-        assert_eq!(apply(PatchType::Json, &mut d, b"{").unwrap_err().code, 400);
+        assert_eq!(patch_object(PatchType::Merge, &mut d, b"[1]").unwrap_err().code, 400);
+        assert_eq!(patch_object(PatchType::Json, &mut d, b"{").unwrap_err().code, 400);
     }
 }

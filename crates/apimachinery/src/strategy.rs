@@ -21,7 +21,7 @@ pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
     } else {
         meta.remove("generation");
     }
-    crate::defaults::apply(info, obj);
+    crate::defaults::set_defaults(info, obj);
     if info.kind == "Job" && info.group == "batch" {
         crate::defaults::generate_job_selector(obj);
     }
@@ -56,7 +56,7 @@ pub enum Subresource {
 
 /// Carries server-owned fields from `old` into `new` and applies the subresource rules.
 pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub: Subresource) {
-    crate::defaults::apply(info, new);
+    crate::defaults::set_defaults(info, new);
     let old_meta = old.get("metadata").cloned().unwrap_or(Value::Null);
     {
         let meta = metadata_mut(new);

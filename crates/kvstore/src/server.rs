@@ -70,7 +70,7 @@ struct State {
 }
 
 /// The store and its state, shared by the services.
-pub struct Inner {
+pub struct ServerState {
     state: Mutex<State>,
     store: Store,
     dir: PathBuf,
@@ -79,7 +79,7 @@ pub struct Inner {
 /// The four services over one store.
 #[derive(Clone)]
 pub struct EtcdServer {
-    inner: Arc<Inner>,
+    inner: Arc<ServerState>,
 }
 
 fn header(revision: i64) -> Option<PbResponseHeader> {
@@ -187,7 +187,7 @@ impl EtcdServer {
         let now = Instant::now();
         let leases = leases.into_iter().map(|(id, ttl)| (id, Lease { ttl, expires: now + Duration::from_secs(ttl.max(1) as u64) })).collect();
         let state = State { mvcc, watchers: Vec::new(), leases, next_stream: 0, broken: false };
-        Ok(Self { inner: Arc::new(Inner { state: Mutex::new(state), store, dir: dir.to_path_buf() }) })
+        Ok(Self { inner: Arc::new(ServerState { state: Mutex::new(state), store, dir: dir.to_path_buf() }) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

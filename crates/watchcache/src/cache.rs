@@ -138,7 +138,9 @@ struct Slot {
     progress: bool,
 }
 
-struct Inner {
+/// What the cache holds, under its lock: the objects, the bounded history, and the revisions
+/// they reach.
+struct Contents {
     objects: BTreeMap<Box<str>, Arc<CachedObject>>,
     history: VecDeque<Arc<CacheEvent>>,
     /// Every event with a revision above this is in `history`...
@@ -171,7 +173,7 @@ pub struct CacheStats {
 
 /// The watch cache of one resource over one set of ranges.
 pub struct WatchCache {
-    inner: RwLock<Inner>,
+    inner: RwLock<Contents>,
     config: CacheConfig,
     synced_tx: watch::Sender<u64>,
     progress_wanted: Arc<Notify>,
@@ -198,7 +200,7 @@ impl WatchCache {
     /// An empty, not yet ready cache.
     pub fn new(config: CacheConfig) -> Self {
         Self {
-            inner: RwLock::new(Inner {
+            inner: RwLock::new(Contents {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
                 history_start: 0,
@@ -222,11 +224,11 @@ impl WatchCache {
         self.progress_wanted.clone()
     }
 
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Contents> {
         self.inner.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Contents> {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -326,7 +328,7 @@ impl WatchCache {
     }
 
     /// The oldest revision from which the history has every change `filter` may select.
-    fn history_floor(g: &Inner, filter: &Filter) -> u64 {
+    fn history_floor(g: &Contents, filter: &Filter) -> u64 {
         let may_show = |j: &Owned| filter.owned.as_ref().is_none_or(|o| j.ranges.ranges().iter().any(|r| o.ranges.overlaps(r)));
         g.joined.iter().filter(|(j, _)| may_show(j)).map(|(_, at)| *at).fold(g.history_start, u64::max)
     }
@@ -349,8 +351,9 @@ impl WatchCache {
         gone.len()
     }
 
-    /// Applies a put (`deleted = false`) or a delete of `object` at `object.rv`.
-    pub fn apply(&self, object: CachedObject, deleted: bool) {
+    /// Records a put (`deleted = false`) or a delete of `object` at `object.rv`: the event joins
+    /// the history and the object the current state.
+    pub fn record(&self, object: CachedObject, deleted: bool) {
         let rv = object.rv;
         let object = Arc::new(object);
         let mut g = self.write();
@@ -424,7 +427,7 @@ impl WatchCache {
         }
     }
 
-    fn evict(g: &mut Inner, config: &CacheConfig) {
+    fn evict(g: &mut Contents, config: &CacheConfig) {
         let now = Instant::now();
         while let Some(front) = g.history.front() {
             if g.history.len() > config.history_max_events || now.duration_since(front.at) > config.history_window {

@@ -42,13 +42,13 @@ fn run(cache: &WatchCache, ops: &[Op]) -> Model<u64, State> {
         match op {
             Op::Put { ns, name, color } => {
                 let (ns, name, color) = (format!("ns{ns}"), format!("o{name}"), if *color { "red" } else { "blue" });
-                cache.apply(obj(&ns, &name, color, rv), false);
+                cache.record(obj(&ns, &name, color, rv), false);
                 state.insert((ns, name), color.to_owned());
             }
             Op::Delete { ns, name } => {
                 let key = (format!("ns{ns}"), format!("o{name}"));
                 if let Some(color) = state.remove(&key) {
-                    cache.apply(obj(&key.0, &key.1, &color, rv), true);
+                    cache.record(obj(&key.0, &key.1, &color, rv), true);
                 } else {
                     cache.progress(rv);
                 }
@@ -129,14 +129,14 @@ proptest! {
             match op {
                 Op::Put { ns, name, color } => {
                     let (key, color) = ((format!("ns{ns}"), format!("o{name}")), if *color { "red" } else { "blue" }.to_owned());
-                    cache.apply(obj(&key.0, &key.1, &color, rv), false);
+                    cache.record(obj(&key.0, &key.1, &color, rv), false);
                     log.push((rv, key.clone(), state.insert(key, color.clone()), Some(color)));
                 }
                 Op::Delete { ns, name } => {
                     let key = (format!("ns{ns}"), format!("o{name}"));
                     match state.remove(&key) {
                         Some(color) => {
-                            cache.apply(obj(&key.0, &key.1, &color, rv), true);
+                            cache.record(obj(&key.0, &key.1, &color, rv), true);
                             log.push((rv, key, Some(color), None));
                         }
                         None => cache.progress(rv),
@@ -186,7 +186,7 @@ proptest! {
         let mut fast = cache.watch(Some(1), Filter::default(), false).unwrap();
         let mut seen = 0;
         for i in 0..n {
-            cache.apply(obj("ns", &format!("o{i}"), "red", 2 + i as u64), false);
+            cache.record(obj("ns", &format!("o{i}"), "red", 2 + i as u64), false);
             while let Ok(WatchMsg::Event(..)) = fast.rx.try_recv() { seen += 1; }
         }
         prop_assert_eq!(seen, n);
@@ -218,7 +218,7 @@ fn adopt_and_release_move_objects_without_events() {
     let before_move = RangeSet::full().without(r);
     let cache = WatchCache::new(CacheConfig::default());
     cache.replace(vec![obj("ns", "mine", "red", 5)], 10);
-    cache.apply(obj("ns", "mine", "blue", 11), false);
+    cache.record(obj("ns", "mine", "blue", 11), false);
     let mut w = cache.watch(Some(11), Filter::default(), false).unwrap();
     let joining = || Owned { group: String::new(), plural: "configmaps".into(), ranges: RangeSet::from_disjoint(vec![r]).unwrap() };
     // Not at the synced revision: refused, nothing changes.
@@ -237,8 +237,8 @@ fn adopt_and_release_move_objects_without_events() {
     assert!(matches!(old_keys.backlog.pop_front(), Some(WatchMsg::Event(EventType::Modified, o)) if o.name() == "mine"), "the history before the adoption serves what it has");
     let mut new_watch = cache.watch(Some(11), Filter::default(), false).unwrap();
     // Changes after the adoption are events to watches opened since, never to older ones.
-    cache.apply(obj("ns", "moved", "blue", 12), false);
-    cache.apply(obj("ns", "mine", "green", 13), false);
+    cache.record(obj("ns", "moved", "blue", 12), false);
+    cache.record(obj("ns", "mine", "green", 13), false);
     assert!(matches!(new_watch.rx.try_recv(), Ok(WatchMsg::Event(EventType::Modified, o)) if o.name() == "moved"));
     assert!(matches!(new_watch.rx.try_recv(), Ok(WatchMsg::Event(EventType::Modified, o)) if o.name() == "mine"));
     assert!(matches!(w.rx.try_recv(), Ok(WatchMsg::Event(EventType::Modified, o)) if o.name() == "mine"), "the open watcher skips the adopted key's change");
@@ -261,7 +261,7 @@ fn a_range_adopted_with_its_past_serves_watches_from_before() {
     assert!(!r.contains(h("mine")));
     let cache = WatchCache::new(CacheConfig::default());
     cache.replace(vec![obj("ns", "mine", "red", 5)], 10);
-    cache.apply(obj("ns", "mine", "blue", 12), false);
+    cache.record(obj("ns", "mine", "blue", 12), false);
     cache.progress(14);
     let past = vec![
         PastChange { object: obj("ns", "moved", "red", 11), prev: None, deleted: false },
@@ -294,8 +294,8 @@ fn a_range_adopted_with_part_of_its_past_is_refused_only_before_that_part() {
     let r = range_between(h("moved"), h("moved2"));
     let cache = WatchCache::new(CacheConfig::default());
     cache.replace(vec![obj("ns", "mine", "red", 5)], 10);
-    cache.apply(obj("ns", "mine", "blue", 11), false);
-    cache.apply(obj("ns", "mine", "green", 13), false);
+    cache.record(obj("ns", "mine", "blue", 11), false);
+    cache.record(obj("ns", "mine", "green", 13), false);
     assert_eq!(cache.revision_before(Duration::from_secs(3600)), 10, "nothing in the history is that old");
     assert_eq!(cache.revision_before(Duration::ZERO), 13);
     let past = vec![PastChange { object: obj("ns", "moved", "red", 12), prev: None, deleted: false }];
@@ -322,7 +322,7 @@ fn backfilled_history_counts_as_older_than_any_age() {
     cache.replace(vec![obj("ns", "a", "red", 5)], 20);
     cache.backfill(10, vec![PastChange { object: obj("ns", "a", "red", 15), prev: None, deleted: false }]);
     assert_eq!(cache.revision_before(Duration::from_secs(30)), 20);
-    cache.apply(obj("ns", "a", "blue", 21), false);
+    cache.record(obj("ns", "a", "blue", 21), false);
     assert_eq!(cache.revision_before(Duration::ZERO), 21);
     assert_eq!(cache.revision_before(Duration::from_secs(3600)), 20);
 }

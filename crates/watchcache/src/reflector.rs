@@ -163,7 +163,7 @@ async fn follow(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, rang
                             Some(codec.decode(&e.kv.value, e.revision))
                         };
                         match decoded {
-                            Some(Ok(obj)) => cache.apply(obj, e.deleted),
+                            Some(Ok(obj)) => cache.record(obj, e.deleted),
                             Some(Err(err)) => tracing::error!(key = %String::from_utf8_lossy(&e.kv.key), error = %err, "skipping undecodable object"),
                             None => cache.progress(e.revision),
                         }
