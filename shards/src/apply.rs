@@ -4,7 +4,7 @@
 //! with the same compare-and-swap, admission and validation as every other write.
 
 use shardplane_http::body;
-use crate::handlers::{self, current_from, form_value, insert, subresource, write_over, Call, Reply, Source};
+use crate::write::{self, current_from, form_value, insert, subresource, write_over, Call, Reply, Source};
 use serde_json::Value;
 use shardplane_apimachinery::apply::{parse_config, Apply, Scope};
 use shardplane_apimachinery::meta;
@@ -27,7 +27,7 @@ pub(crate) async fn apply(c: Call<'_>, mut source: Source) -> Reply {
         Some(v) => return Err(ApiError::bad_request(format!("invalid value of force: {v:?}"))),
     };
     let mode = FieldValidation::parse(form_value(query, "fieldValidation").as_deref())?;
-    let dry = handlers::dry_run(query)?;
+    let dry = write::dry_run(query)?;
     let (mut config, duplicates) = parse_config(raw, mode == FieldValidation::Strict)?;
     body::check_type(info, &mut config)?;
     let ns = t.namespace.clone().unwrap_or_default();

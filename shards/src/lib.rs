@@ -11,15 +11,16 @@
 mod apply;
 pub mod cli;
 pub mod crds;
-pub mod handlers;
 pub mod membership;
 pub mod namespaces;
+pub mod read;
 pub mod render;
 pub mod scale;
 pub mod server;
 pub mod shard;
 mod sweep;
 pub mod watch;
+pub mod write;
 
 pub use server::{serve, ShardConfig};
 pub use shard::Shard;

@@ -4,7 +4,7 @@
 //! JSON or strategic patches of the Scale), as upstream's scale subresource does.
 
 use shardplane_http::body;
-use crate::handlers::{current_from, dry_run, stored_bytes, Source};
+use crate::write::{current_from, dry_run, stored_bytes, Source};
 use crate::shard::Shard;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
@@ -82,8 +82,8 @@ pub async fn get(shard: &Shard, t: &Target, name: &str) -> Reply {
 
 /// PUT (`patch` None) or PATCH of `.../{name}/scale`: the Scale's `spec.replicas` goes to the
 /// object's spec replicas path; a resourceVersion in it is a precondition.
-pub async fn update(c: crate::handlers::Call<'_>, patch: Option<PatchType>) -> Reply {
-    let crate::handlers::Call { shard, target: t, headers, query, body: raw } = c;
+pub async fn update(c: crate::write::Call<'_>, patch: Option<PatchType>) -> Reply {
+    let crate::write::Call { shard, target: t, headers, query, body: raw } = c;
     let name = c.name();
     let paths = paths(t)?;
     let info = &t.info;

@@ -1,7 +1,7 @@
 //! The shard's HTTP server: its configuration, start-up, and its routes onto the shared
 //! request surface (`shardplane-http`).
 
-use crate::handlers::{self, Call};
+use crate::write::{self, Call};
 use crate::shard::Shard;
 use crate::watch;
 use axum::body::Body;
@@ -283,19 +283,19 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
     let answer = match (ctx.method.as_str(), name) {
         ("GET", None) => {
             let o = ListOptions::parse(query, &t.info)?;
-            return Ok(if o.watch { watch::watch(shard.clone(), t, o, view).await? } else { handlers::list(shard, &t, &o, view).await? });
+            return Ok(if o.watch { watch::watch(shard.clone(), t, o, view).await? } else { crate::read::list(shard, &t, &o, view).await? });
         }
         ("GET", Some(n)) => {
             if t.subresource.as_deref().is_some_and(|s| s != "status") {
                 return Err(not_allowed("get").into());
             }
-            return Ok(handlers::get(shard, &t, n, query, view).await?);
+            return Ok(crate::read::get(shard, &t, n, query, view).await?);
         }
-        ("POST", None) => handlers::create(call).await,
-        ("PUT", Some(_)) => handlers::update(call).await,
-        ("PATCH", Some(_)) => handlers::patch(call).await,
-        ("DELETE", Some(_)) => handlers::delete(call).await,
-        ("DELETE", None) => handlers::delete_collection(call).await,
+        ("POST", None) => write::create(call).await,
+        ("PUT", Some(_)) => write::update(call).await,
+        ("PATCH", Some(_)) => write::patch(call).await,
+        ("DELETE", Some(_)) => write::delete(call).await,
+        ("DELETE", None) => write::delete_collection(call).await,
         (m, _) => return Err(not_allowed(m).into()),
     };
     // A write's answer goes out in the representation asked for, as a read's does.

@@ -3,7 +3,7 @@
 //! that owns the parent's key removes the parent's finalizer once etcd holds none of its objects
 //! on any shard ([`drop_finalizer`]), which deletes the parent when no finalizer is left.
 
-use crate::handlers::{self, Call};
+use crate::write::{self, Call};
 use crate::shard::{Served, Shard};
 use axum::http::HeaderMap;
 use serde_json::Value;
@@ -20,7 +20,7 @@ pub async fn delete_cached(shard: &Shard, served: &Served, filter: &Filter) {
     for obj in page.items {
         let ns = (!obj.namespace().is_empty()).then(|| obj.namespace().to_owned());
         let t = Target { info: served.info.clone(), namespace: ns, name: Some(obj.name().to_owned()), subresource: None };
-        if let Err(e) = handlers::delete(Call { shard, target: &t, headers: &HeaderMap::new(), query: "gracePeriodSeconds=0", body: b"" }).await
+        if let Err(e) = write::delete(Call { shard, target: &t, headers: &HeaderMap::new(), query: "gracePeriodSeconds=0", body: b"" }).await
             && e.code != 404
             && e.code != 421
         {

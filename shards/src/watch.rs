@@ -1,7 +1,7 @@
 //! WATCH: newline-delimited JSON events from the cache, with bookmarks, `sendInitialEvents` and
 //! its `k8s.io/initial-events-end` bookmark, and 410 as an ERROR event on a 200 stream.
 
-use crate::handlers::{filter, WAIT};
+use crate::read::{filter, WAIT};
 use shardplane_http::negotiation::View;
 use shardplane_http::watch_frame::{event, watch_timeout};
 use shardplane_apimachinery::request_path::Target;

@@ -823,7 +823,7 @@ async fn a_shard_frames_list_entries_one_per_line_only_when_a_router_asks() {
 /// succeeds, and a patch lands on the newest state, even right after a write that bypassed the
 /// shard (straight to etcd, as another shard or a restore would). Whether the cache is in fact
 /// behind at each request depends on timing; the redo from etcd itself is tested
-/// deterministically in `handlers::tests`.
+/// deterministically in `write::tests`.
 #[tokio::test]
 async fn writes_never_act_on_a_stale_cached_object() {
     let (etcd, s) = setup().await;

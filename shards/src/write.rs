@@ -1,9 +1,8 @@
-//! The verbs on one resource: get, list, create, update, patch, delete, deletecollection.
-//! Reads come from the watch cache; writes go to etcd by compare-and-swap and come back to the
-//! cache through the watch.
+//! The write verbs on one resource: create, update, patch, delete, deletecollection (and
+//! server-side apply's shared steps). Writes go to etcd by compare-and-swap and come back to the
+//! cache through the watch; reads are `read.rs`.
 
 use shardplane_http::body;
-use shardplane_http::negotiation::View;
 use shardplane_http::protocol::GENERATED_NAME_HEADER;
 pub use shardplane_http::query::form_value;
 use crate::render;
@@ -13,9 +12,8 @@ use crate::shard::Shard;
 use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
-use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_apimachinery::encode;
-use shardplane_apimachinery::list_options::{ListOptions, ListSemantics};
+use shardplane_apimachinery::list_options::ListOptions;
 use shardplane_apimachinery::meta;
 use shardplane_apimachinery::strategy::{self, Subresource};
 use shardplane_apimachinery::field_validation::{drop_unknown_fields, duplicate_fields, FieldValidation};
@@ -24,11 +22,7 @@ use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::status::cause;
 use shardplane_apimachinery::ApiError;
 use shardplane_storage::{Kv, StorageError};
-use shardplane_watchcache::{CacheError, Filter};
-use std::time::Duration;
-
-/// How long a read waits for the cache to reach a revision (upstream's blockTimeout).
-pub const WAIT: Duration = Duration::from_secs(3);
+use crate::read::{cache_err, filter, WAIT};
 
 pub(crate) type Reply = Result<Response<Body>, ApiError>;
 
@@ -51,121 +45,12 @@ impl Call<'_> {
 }
 
 
-/// Maps cache errors of a read at `rv` to upstream's Status.
-pub fn cache_err(e: CacheError, continuing: bool) -> ApiError {
-    match e {
-        CacheError::TooOld { .. } if continuing => ApiError::expired(
-            "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-            None,
-        ),
-        CacheError::TooOld { .. } => ApiError::expired("The resourceVersion for the provided list is too old.", None),
-        CacheError::TooNew { requested, current } => ApiError::too_large_resource_version(requested, current),
-        CacheError::NotReady => ApiError::too_many_requests("storage is (re)initializing", 1),
-    }
-}
-
 pub(crate) fn dry_run(query: &str) -> Result<bool, ApiError> {
     match form_value(query, "dryRun").as_deref() {
         None | Some("") => Ok(false),
         Some("All") => Ok(true),
         Some(other) => Err(ApiError::bad_request(format!("Invalid dry run value: {other:?}: supported values: \"All\""))),
     }
-}
-
-/// Builds the cache filter for a LIST or WATCH: the client's selectors, and while the shard
-/// holds a range it does not own (loading or draining one, RFC 0006), only what it owns.
-pub fn filter(shard: &Shard, t: &Target, o: &ListOptions) -> Filter {
-    Filter { namespace: t.namespace.clone(), labels: o.label_selector.clone(), fields: o.field_selector.clone(), shard: o.shard_selector.clone(), owned: shard.owned_filter(&t.info) }
-}
-
-/// GET of one object, from the cache (RV unset: after a consistent read, as fresh as etcd).
-pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str, view: View) -> Reply {
-    let ns = t.namespace.as_deref().unwrap_or("");
-    shard.owned_key(&t.info, ns, name)?;
-    let served = shard.served(&t.info)?;
-    let cache = &served.cache;
-    match form_value(query, "resourceVersion").as_deref() {
-        None | Some("") => {
-            let rev = shard.store(&t.info).current_revision().await.map_err(storage_err)?;
-            cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
-        }
-        Some("0") => {}
-        Some(v) => {
-            let rv = shardplane_apimachinery::list_options::parse_rv(v)?;
-            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
-        }
-    }
-    match cache.get(ns, name) {
-        Some(o) => render::render(&view, &t.info, &[o.clone()], json!({"resourceVersion": o.rv.to_string()}), true),
-        None => Err(ApiError::not_found(&t.info.group, &t.info.plural, name)),
-    }
-}
-
-/// LIST from the cache with upstream's resourceVersion, paging and selector rules.
-pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Reply {
-    let served = shard.served(&t.info)?;
-    let cache = &served.cache;
-    let sem = o.list_semantics();
-    let at = match sem {
-        ListSemantics::MostRecent => {
-            let rev = shard.store(&t.info).current_revision().await.map_err(storage_err)?;
-            cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
-            None
-        }
-        ListSemantics::Any => None,
-        ListSemantics::NotOlderThan(rv) => {
-            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
-            None
-        }
-        ListSemantics::Exact(rv) => {
-            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
-            Some(rv)
-        }
-    };
-    let after = o.continue_token.as_ref().map(|c| shardplane_watchcache::cache_key(&c.after.0, &c.after.1));
-    let f = filter(shard, t, o);
-    let continuing = o.continue_token.is_some();
-    // A continue token's revision must still be in etcd, as upstream reads continued pages from
-    // etcd: once compacted away, the token is expired even if the cache still has the revision.
-    let compacted = match (continuing, at) {
-        (true, Some(rv)) => match shard.store(&t.info).ensure_not_compacted(rv).await {
-            Err(StorageError::Compacted { .. }) => Some(CacheError::TooOld { requested: rv, oldest: rv.saturating_add(1) }),
-            Err(e) => return Err(storage_err(e)),
-            Ok(()) => None,
-        },
-        _ => None,
-    };
-    let listed = match compacted {
-        Some(e) => Err(e),
-        None => cache.list(at, &f, after.as_deref(), o.limit.map(|l| l as usize), o.selects_everything()),
-    };
-    let page = listed.map_err(|e| match e {
-        CacheError::TooOld { .. } if continuing => {
-            // Offer an inconsistent continuation from the same key, as upstream does.
-            let c = o.continue_token.as_ref().expect("continuing");
-            let token = ContinueToken { rv: None, after: c.after.clone(), epoch: None }.encode();
-            ApiError::expired(
-                "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
-                Some(token),
-            )
-        }
-        other => cache_err(other, continuing),
-    })?;
-    let token = page.continue_after.as_ref().map(|k| {
-        let (ns, name) = shardplane_watchcache::split_cache_key(k);
-        ContinueToken { rv: Some(page.rv), after: (ns.to_owned(), name.to_owned()), epoch: None }.encode()
-    });
-    let mut meta = json!({"resourceVersion": page.rv.to_string()});
-    if let Some(c) = token {
-        meta["continue"] = c.into();
-    }
-    if let Some(r) = page.remaining {
-        meta["remainingItemCount"] = r.into();
-    }
-    if let Some(s) = &o.shard_selector {
-        meta["shardInfo"] = json!({"selector": s.canonical()});
-    }
-    render::render(&view, &t.info, &page.items, meta, false)
 }
 
 /// Where a write reads the object it changes from.
