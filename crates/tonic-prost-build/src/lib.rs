@@ -239,7 +239,7 @@ service Echo {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("demo.proto"), PROTO).unwrap();
         std::fs::write(dir.join("other.proto"), "syntax = \"proto3\";\npackage other;\nmessage Tag { int64 id = 1; }\n").unwrap();
-        builder.out_dir(&dir).compile_protos(&[dir.join("demo.proto")], &[dir.clone()]).unwrap();
+        builder.out_dir(&dir).compile_protos(&[dir.join("demo.proto")], std::slice::from_ref(&dir)).unwrap();
         let code = std::fs::read_to_string(dir.join("demo.rs")).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         code
@@ -281,7 +281,7 @@ service Echo {
         let dir = std::env::temp_dir().join(format!("tonic-prost-build-bad-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("bad.proto"), "syntax = \"proto3\";\nmessage { }\n").unwrap();
-        let err = configure().out_dir(&dir).compile_protos(&[dir.join("bad.proto")], &[dir.clone()]).unwrap_err();
+        let err = configure().out_dir(&dir).compile_protos(&[dir.join("bad.proto")], std::slice::from_ref(&dir)).unwrap_err();
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(err.to_string().contains("bad.proto"), "{err}");
     }
