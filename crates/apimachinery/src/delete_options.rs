@@ -10,7 +10,7 @@ use crate::ApiError;
 /// Reads a DELETE's options: the body's (`{}` when empty), with the query's
 /// `gracePeriodSeconds` taking precedence, as upstream's handler merges them.
 pub fn parse(body: &Value, query_grace: Option<&str>) -> Result<DeleteOptions, ApiError> {
-    let mut opts: DeleteOptions = serde_json::from_value(body.clone()).map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
+    let mut opts = <DeleteOptions as serde::Deserialize>::deserialize(body).map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
     if let Some(v) = query_grace {
         let n = v.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds: strconv.ParseInt: parsing {v:?}: invalid syntax")))?;
         opts.grace_period_seconds = Some(n);

@@ -52,7 +52,7 @@ pub fn in_version<'a>(bytes: &'a [u8], api_version: &str) -> std::borrow::Cow<'a
 /// A JSON string's text without escapes, read from just after its opening quote, and the bytes
 /// after its closing quote; None when it has an escape (the caller parses instead).
 pub fn plain_string(b: &[u8]) -> Option<(&str, &[u8])> {
-    let end = b.iter().position(|c| *c == b'"' || *c == b'\\')?;
+    let end = memchr::memchr2(b'"', b'\\', b)?;
     (b[end] == b'"').then_some(())?;
     Some((std::str::from_utf8(&b[..end]).ok()?, &b[end + 1..]))
 }
@@ -70,8 +70,7 @@ pub fn ordered_meta_key(m: &[u8]) -> Option<(String, String)> {
     }
     // No namespace next: certain only if none follows anywhere (else a field out of Go's order
     // might be it, and the parse decides).
-    let needle = b"\"namespace\":";
-    (!rest.windows(needle.len()).any(|w| w == needle)).then(|| (String::new(), name.to_owned()))
+    memchr::memmem::find(rest, b"\"namespace\":").is_none().then(|| (String::new(), name.to_owned()))
 }
 
 /// A map written with `first` keys (those present) in order, then the rest in name order;
