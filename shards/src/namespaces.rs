@@ -92,7 +92,7 @@ async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>
             set.remove(&name);
         }
     };
-    let options = FollowOptions { what: "namespaces", retry: Duration::from_millis(500), progress: None, stop: shard.shutdown.clone() };
+    let options = FollowOptions::fixed("namespaces", Duration::from_millis(500), shard.shutdown.clone());
     follow::follow(&store, &start, &end, options, |f| {
         let mut set = terminating.lock().unwrap_or_else(|p| p.into_inner());
         match f {

@@ -142,7 +142,7 @@ impl Follower {
 async fn follow(storage: Storage, tx: watch::Sender<Arc<Catalog>>, want_progress: Arc<Notify>, shutdown: CancellationToken) {
     let (start, end) = crd_keys();
     let mut crds: Arc<BTreeMap<String, Value>> = Arc::default();
-    let options = FollowOptions { what: "CustomResourceDefinitions", retry: Duration::from_secs(1), progress: Some(want_progress), stop: shutdown };
+    let options = FollowOptions { progress: Some(want_progress), ..FollowOptions::fixed("CustomResourceDefinitions", Duration::from_secs(1), shutdown) };
     follow::follow(&storage, &start, &end, options, |f| {
         match f {
             Followed::Listed { kvs, revision } => {

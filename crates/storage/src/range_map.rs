@@ -172,7 +172,7 @@ impl Storage {
         tokio::spawn(async move {
             let mut end = RANGE_MAP_KEY.to_vec();
             end.push(0);
-            let options = crate::follow::FollowOptions { what: "range map", retry: std::time::Duration::from_millis(500), progress: None, stop: stop.clone() };
+            let options = crate::follow::FollowOptions::fixed("range map", std::time::Duration::from_millis(500), stop.clone());
             let following = crate::follow::follow(&storage, RANGE_MAP_KEY, &end, options, |f| {
                 let latest = match f {
                     crate::follow::Followed::Listed { kvs, .. } => kvs.into_iter().last(),

@@ -31,7 +31,7 @@ async fn a_follower_sees_the_range_as_etcd_has_it_across_a_relist() {
     let task = {
         let (storage, model, stop, refused_once) = (storage.clone(), model.clone(), stop.clone(), refused_once.clone());
         tokio::spawn(async move {
-            let options = FollowOptions { what: "test", retry: Duration::from_millis(50), progress: None, stop };
+            let options = FollowOptions::fixed("test", Duration::from_millis(50), stop);
             follow(&storage, b"/f/", b"/f0", options, |f| {
                 let mut m = model.lock().unwrap();
                 match f {

@@ -9,7 +9,8 @@ use crate::cache::WatchCache;
 use crate::object::ObjectCodec;
 use shardplane_keyspace::etcd_layout::{parse_object_key, range_keys};
 use shardplane_keyspace::{placement_hash, HashRange, RangeSet};
-use shardplane_storage::{Storage, StorageError, WatchItem};
+use shardplane_storage::follow::{self, FollowOptions, Followed, Follower};
+use shardplane_storage::{Storage, StorageError, WatchEvent};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -70,51 +71,90 @@ pub enum Command {
     Release(HashRange, oneshot::Sender<usize>),
 }
 
-/// How following the watch ended.
-enum Followed {
-    /// Shut down.
-    Stopped,
-    /// The followed ranges changed: watch again, from this revision.
-    Restart(u64),
+/// Runs until `shutdown`: keeps `cache` equal to etcd's `range`, decoded by `codec`, and
+/// carries out `commands`. The loop is storage's list–watch–relist follower
+/// ([`follow::follow_with`]); a command or a finished load that changes the followed ranges
+/// makes it watch the new ranges from the revision the cache has reached, without relisting.
+pub async fn run(storage: Storage, cache: Arc<WatchCache>, codec: ObjectCodec, range: KeyRange, commands: mpsc::Receiver<Command>, shutdown: CancellationToken) {
+    let options = FollowOptions {
+        what: format!("watch cache of {}", codec.info().plural),
+        retry: Duration::from_millis(100),
+        max_retry: Duration::from_secs(5),
+        progress: Some(cache.progress_wanted()),
+        stop: shutdown,
+    };
+    let evict = tokio::time::interval(Duration::from_secs(1));
+    let reflecting = Reflecting { storage: &storage, cache: &cache, codec: &codec, range: &range, commands, loads: Loads::new(), evict };
+    follow::follow_with(&storage, reflecting, options).await;
 }
 
-/// Runs until `shutdown`: keeps `cache` equal to etcd's `range`, decoded by `codec`, and
-/// carries out `commands`.
-pub async fn run(storage: Storage, cache: Arc<WatchCache>, codec: ObjectCodec, range: KeyRange, mut commands: mpsc::Receiver<Command>, shutdown: CancellationToken) {
-    let resource = codec.info().plural.clone();
-    let mut backoff = Duration::from_millis(100);
-    let mut loads = Loads::new();
-    while !shutdown.is_cancelled() {
-        match sync_once(&storage, &cache, &codec, &range, &mut commands, &mut loads, &shutdown).await {
-            Ok(()) => return,
-            Err(e) => {
-                tracing::warn!(resource = %resource, error = %e, "watch cache lost etcd; relisting");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = shutdown.cancelled() => return,
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+/// A reflector's state while it follows etcd.
+struct Reflecting<'a> {
+    storage: &'a Storage,
+    cache: &'a WatchCache,
+    codec: &'a ObjectCodec,
+    range: &'a KeyRange,
+    commands: mpsc::Receiver<Command>,
+    loads: Loads,
+    /// Expired history is dropped once a second.
+    evict: tokio::time::Interval,
+}
+
+/// What a reflector waits on besides etcd.
+enum Signal {
+    Command(Command),
+    Loaded(Loaded),
+    Evict,
+}
+
+impl Follower for Reflecting<'_> {
+    type Signal = Signal;
+
+    fn keys(&self) -> (Vec<u8>, Vec<u8>) {
+        self.range.hull()
+    }
+
+    async fn take(&mut self, followed: Followed) -> Result<(), String> {
+        let (cache, codec, range) = (self.cache, self.codec, self.range);
+        match followed {
+            Followed::Listed { kvs, revision } => {
+                // Consumed here: the stored bytes must not outlive the decode (the follower
+                // runs for as long as the shard does and would keep a second copy of every
+                // object).
+                let objects = decode_all(codec, kvs.into_iter().filter(|kv| range.owns_key(&kv.key)));
+                cache.replace(objects, revision);
+                tracing::debug!(resource = %codec.info().plural, revision, "watch cache loaded");
+                adopt::backfill_on_load(self.storage, cache, codec, range, revision).await;
             }
+            Followed::Changed(events) => {
+                for e in events {
+                    record(cache, codec, range, e);
+                }
+            }
+            Followed::Progress(r) => cache.progress_answer(r),
+        }
+        Ok(())
+    }
+
+    async fn next_signal(&mut self) -> Signal {
+        // Each arm is cancel-safe (a received value is returned at once).
+        tokio::select! {
+            Some(command) = self.commands.recv() => Signal::Command(command),
+            Some(done) = self.loads.done.recv() => Signal::Loaded(done),
+            _ = self.evict.tick() => Signal::Evict,
         }
     }
-}
 
-/// Lists the followed keys into the cache, then follows their changes until shutdown.
-async fn sync_once(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, commands: &mut mpsc::Receiver<Command>, loads: &mut Loads, shutdown: &CancellationToken) -> Result<(), StorageError> {
-    let (start, end) = range.hull();
-    let (kvs, rev) = storage.list_range(&start, &end, 0).await?;
-    // Consumed here: the stored bytes must not outlive the decode (this function then follows
-    // the watch for as long as the shard runs, and would keep a second copy of every object).
-    let objects = decode_all(codec, kvs.into_iter().filter(|kv| range.owns_key(&kv.key)));
-    cache.replace(objects, rev);
-    tracing::debug!(resource = %codec.info().plural, revision = rev, "watch cache loaded");
-    adopt::backfill_on_load(storage, cache, codec, range, rev).await;
-    let mut from = rev;
-    loop {
-        match follow(storage, cache, codec, range, from, commands, loads, shutdown).await? {
-            Followed::Stopped => return Ok(()),
-            Followed::Restart(at) => from = at,
-        }
+    async fn on_signal(&mut self, signal: Signal) -> Result<Option<u64>, String> {
+        Ok(match signal {
+            Signal::Command(command) => carry_out(self.storage, self.cache, self.codec, self.range, command, self.loads.sender()).await,
+            // Everything up to the answer is applied, the new range included.
+            Signal::Loaded(done) => adopt::finish(self.storage, self.cache, self.codec, self.range, done).await,
+            Signal::Evict => {
+                self.cache.evict_expired();
+                None
+            }
+        })
     }
 }
 
@@ -122,73 +162,32 @@ pub(crate) fn decode_all(codec: &ObjectCodec, kvs: impl Iterator<Item = shardpla
     kvs.filter_map(|kv| codec.decode(&kv.value, kv.mod_revision).map_err(|e| tracing::error!(key = %String::from_utf8_lossy(&kv.key), error = %e, "skipping undecodable object")).ok()).collect()
 }
 
-/// Follows the watch from `from` until shutdown or until a command changes what is followed.
-async fn follow(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, from: u64, commands: &mut mpsc::Receiver<Command>, loads: &mut Loads, shutdown: &CancellationToken) -> Result<Followed, StorageError> {
-    let (start, end) = range.hull();
-    let watch = storage.watch_range(&start, &end, from).await?;
-    let (mut requester, mut stream) = watch.into_parts();
-    let wanted = cache.progress_wanted();
-    let progress_task = tokio::spawn(async move {
-        loop {
-            wanted.notified().await;
-            if requester.request().await.is_err() {
-                return;
-            }
+/// Records one change of the followed keys in the cache (a key outside them only moves the
+/// cache's revision on).
+fn record(cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, e: WatchEvent) {
+    if !range.owns_key(&e.kv.key) {
+        cache.progress(e.revision);
+        return;
+    }
+    let decoded = if e.deleted {
+        // The deleted object: its last state, stamped with the deletion revision (from etcd's
+        // prev_kv, or from the cache if etcd sent none).
+        let info = codec.info();
+        let cached = || {
+            let (_, ns, name) = parse_object_key(&info.group, &info.plural, &e.kv.key)?;
+            cache.get(ns, name)
+        };
+        match &e.prev {
+            Some(p) => Some(codec.decode(&p.value, e.revision)),
+            None => cached().map(|o| codec.decode(&o.bytes, e.revision)),
         }
-    });
-    let _abort = AbortOnDrop(progress_task);
-    let mut evict = tokio::time::interval(Duration::from_secs(1));
-    loop {
-        tokio::select! {
-            item = stream.next() => match item? {
-                Some(WatchItem::Events(events)) => {
-                    for e in events {
-                        if !range.owns_key(&e.kv.key) {
-                            cache.progress(e.revision);
-                            continue;
-                        }
-                        let decoded = if e.deleted {
-                            // The deleted object: its last state, stamped with the deletion revision
-                            // (from etcd's prev_kv, or from the cache if etcd sent none).
-                            let info = codec.info();
-                            let cached = || {
-                                let (_, ns, name) = parse_object_key(&info.group, &info.plural, &e.kv.key)?;
-                                cache.get(ns, name)
-                            };
-                            match &e.prev {
-                                Some(p) => Some(codec.decode(&p.value, e.revision)),
-                                None => cached().map(|o| codec.decode(&o.bytes, e.revision)),
-                            }
-                        } else {
-                            Some(codec.decode(&e.kv.value, e.revision))
-                        };
-                        match decoded {
-                            Some(Ok(obj)) => cache.record(obj, e.deleted),
-                            Some(Err(err)) => tracing::error!(key = %String::from_utf8_lossy(&e.kv.key), error = %err, "skipping undecodable object"),
-                            None => cache.progress(e.revision),
-                        }
-                    }
-                }
-                Some(WatchItem::Progress(r)) => cache.progress_answer(r),
-                None => return Err(StorageError::Etcd("watch stream ended".into())),
-            },
-            Some(command) = commands.recv() => {
-                if let Some(at) = carry_out(storage, cache, codec, range, command, loads.sender()).await {
-                    // Everything up to `at` is applied; the stream's later events are dropped
-                    // with it and come again on the new one.
-                    return Ok(Followed::Restart(at));
-                }
-            }
-            Some(done) = loads.done.recv() => {
-                if let Some(at) = adopt::finish(storage, cache, codec, range, done).await {
-                    // Everything up to `at` is applied, the new range included; the stream's
-                    // later events come again on the new one.
-                    return Ok(Followed::Restart(at));
-                }
-            }
-            _ = evict.tick() => cache.evict_expired(),
-            _ = shutdown.cancelled() => return Ok(Followed::Stopped),
-        }
+    } else {
+        Some(codec.decode(&e.kv.value, e.revision))
+    };
+    match decoded {
+        Some(Ok(obj)) => cache.record(obj, e.deleted),
+        Some(Err(err)) => tracing::error!(key = %String::from_utf8_lossy(&e.kv.key), error = %err, "skipping undecodable object"),
+        None => cache.progress(e.revision),
     }
 }
 
@@ -215,13 +214,5 @@ async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
             // Its keys are dropped by the filter; the watch may go on as it is.
             None
         }
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
