@@ -4,7 +4,7 @@
 //! with the same compare-and-swap, admission and validation as every other write.
 
 use shardplane_http::body;
-use crate::write::{self, current_from, form_value, insert, subresource, write_over, Call, Reply, Source};
+use crate::write::{self, current_from, form_value, insert, subresource, write_over, Call, Reply, Source, Stored};
 use serde_json::Value;
 use shardplane_apimachinery::apply::{parse_config, Apply, Scope};
 use shardplane_apimachinery::meta;
@@ -84,7 +84,7 @@ pub(crate) async fn apply(c: Call<'_>, mut source: Source) -> Reply {
         admit_custom(info, &mut new)?;
         strategy::prepare_for_update(info, &old, &mut new, sub);
         crate::crds::admit(shard, info, &mut new, sub).await;
-        if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &warnings).await? {
+        if let Some(r) = write_over(shard, info, Stored { key: &key, kv: &kv, old: &old }, new, dry, &warnings).await? {
             return Ok(r);
         }
         source = Source::Etcd;

@@ -60,7 +60,7 @@ pub struct ShardConfig {
 pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let storage = Storage::connect(&config.etcd_endpoints).await.map_err(std::io::Error::other)?;
     let stores = Stores::connect(storage, &config.etcd_endpoints, &config.storage_contract).await.map_err(std::io::Error::other)?;
-    let shard = Shard::start(config.id.clone(), stores.clone(), config.ranges.clone(), config.cache.clone(), config.bookmark_interval, config.min_request_timeout, config.standalone, shutdown.clone());
+    let shard = Shard::start(&config, stores.clone(), shutdown.clone());
     if let Some(interval) = config.compaction_interval {
         // Each store is compacted on its own: its revisions are its own.
         for storage in stores.all().iter().cloned() {

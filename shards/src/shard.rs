@@ -90,14 +90,13 @@ impl Shard {
     /// [`Shard::ready`] says when all have.
     /// A `standalone` shard ignores the range map: it owns exactly what it caches and never
     /// loads or lets go of a range (a single-shard deployment, or a baseline beside a cluster).
-    #[allow(clippy::too_many_arguments)]
-    pub fn start(id: String, stores: Stores, ranges: RangeSet, cache: CacheConfig, bookmark_interval: Duration, min_request_timeout: Duration, standalone: bool, shutdown: CancellationToken) -> Arc<Self> {
+    pub fn start(config: &crate::server::ShardConfig, stores: Stores, shutdown: CancellationToken) -> Arc<Self> {
         let catalog = shardplane_catalog::Follower::start(stores.of(shardplane_apimachinery::crd::GROUP, shardplane_apimachinery::crd::PLURAL).clone(), shutdown.clone());
         let shard = Arc::new(Self {
-            id,
+            id: config.id.clone(),
             storage: stores.main().clone(),
             stores,
-            ranges: std::sync::RwLock::new(ranges),
+            ranges: std::sync::RwLock::new(config.ranges.clone()),
             adopted: std::sync::Mutex::new(Vec::new()),
             changing: tokio::sync::Mutex::new(()),
             ranges_changed: tokio::sync::Notify::new(),
@@ -109,13 +108,13 @@ impl Shard {
             catalog,
             shutdown,
             metrics: shardplane_http::metrics::Metrics::new(),
-            bookmark_interval,
-            cache_config: cache,
-            min_request_timeout,
+            bookmark_interval: config.bookmark_interval,
+            cache_config: config.cache.clone(),
+            min_request_timeout: config.min_request_timeout,
         });
         shard.serve_catalog(&shardplane_catalog::Catalog::builtin());
         tokio::spawn(follow_catalog(shard.clone()));
-        if !standalone {
+        if !config.standalone {
             tokio::spawn(follow_range_map(shard.clone()));
         }
         shard

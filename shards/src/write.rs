@@ -217,10 +217,17 @@ pub(crate) fn subresource(t: &Target) -> Result<Subresource, ApiError> {
     }
 }
 
-/// Writes `new` over the stored `kv` (CAS), deleting instead when a finalized object lost its
+/// The stored object an update replaces: its key, its entry as read, and that entry decoded.
+pub(crate) struct Stored<'a> {
+    pub key: &'a [u8],
+    pub kv: &'a Kv,
+    pub old: &'a Value,
+}
+
+/// Writes `new` over the `stored` entry (CAS), deleting instead when a finalized object lost its
 /// last finalizer. Returns the response or `None` when the CAS lost and the caller may retry.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn write_over(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old: &Value, mut new: Value, dry: bool, unknown: &[String]) -> Result<Option<Response<Body>>, ApiError> {
+pub(crate) async fn write_over(shard: &Shard, info: &ResourceInfo, stored: Stored<'_>, mut new: Value, dry: bool, unknown: &[String]) -> Result<Option<Response<Body>>, ApiError> {
+    let Stored { key, kv, old } = stored;
     let name = meta::meta_str(&new, "name").to_owned();
     let mut causes = meta::validate_object(info, &new);
     causes.extend(shardplane_apimachinery::kind_rules::validate_update(info, old, &new));
@@ -304,7 +311,7 @@ async fn update_from(c: Call<'_>, mut source: Source) -> Reply {
         }
         strategy::prepare_for_update(info, &old, &mut new, sub);
         crate::crds::admit(shard, info, &mut new, sub).await;
-        if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &unknown).await? {
+        if let Some(r) = write_over(shard, info, Stored { key: &key, kv: &kv, old: &old }, new, dry, &unknown).await? {
             return Ok(r);
         }
         if !precondition.is_empty() {
@@ -358,7 +365,7 @@ async fn patch_from(c: Call<'_>, mut source: Source) -> Reply {
         let unknown = validate_fields(info, query, &mut new, &[])?;
         strategy::prepare_for_update(info, &old, &mut new, sub);
         crate::crds::admit(shard, info, &mut new, sub).await;
-        if let Some(r) = write_over(shard, info, &key, &kv, &old, new, dry, &unknown).await? {
+        if let Some(r) = write_over(shard, info, Stored { key: &key, kv: &kv, old: &old }, new, dry, &unknown).await? {
             return Ok(r);
         }
         source = Source::Etcd;

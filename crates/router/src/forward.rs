@@ -12,12 +12,20 @@ use shardplane_http::protocol::{EPOCH_HEADER, GENERATED_NAME_HEADER, LIST_FRAMIN
 /// Request headers worth passing to a shard.
 const PASSED: [&str; 3] = ["accept", "content-type", GENERATED_NAME_HEADER];
 
+/// A client's request as the router passes it on to a shard.
+pub struct Forwarded<'a> {
+    pub method: &'a Method,
+    pub path_and_query: &'a str,
+    /// The client's headers; only [`PASSED`] ones go on.
+    pub headers: &'a HeaderMap,
+    pub body: Bytes,
+}
+
 impl RouterState {
     /// Sends one request to the shard owning the object under the current map.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn forward_to_owner(&self, info: &ResourceInfo, namespace: &str, name: &str, method: &Method, path_and_query: &str, headers: &HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
+    pub async fn forward_to_owner(&self, info: &ResourceInfo, namespace: &str, name: &str, request: &Forwarded<'_>) -> Result<Response<Body>, ApiError> {
         let owner = self.owner(info, namespace, name);
-        self.forward(&owner, method, path_and_query, headers, body).await
+        self.forward(&owner, request).await
     }
 
     /// A request to a shard, stamped with the epoch it is routed under.
@@ -39,10 +47,10 @@ impl RouterState {
 
     /// Sends one request to `base` and returns the shard's response as is, except a refusal for
     /// a stale map, which is an error (code 421) for [`RouterState::routed`] to retry.
-    pub async fn forward(&self, base: &str, method: &Method, path_and_query: &str, headers: &HeaderMap, body: Bytes) -> Result<Response<Body>, ApiError> {
-        let mut req = self.request(method.clone(), format!("{base}{path_and_query}")).body(body);
+    pub async fn forward(&self, base: &str, request: &Forwarded<'_>) -> Result<Response<Body>, ApiError> {
+        let mut req = self.request(request.method.clone(), format!("{base}{}", request.path_and_query)).body(request.body.clone());
         for h in PASSED {
-            if let Some(v) = headers.get(h) {
+            if let Some(v) = request.headers.get(h) {
                 req = req.header(h, v);
             }
         }

@@ -1,7 +1,7 @@
 //! The router's HTTP surface: discovery and OpenAPI from a shard, single-object verbs to the
 //! owner, LIST and WATCH merged, deletecollection on every shard.
 
-use crate::forward::passthrough;
+use crate::forward::{passthrough, Forwarded};
 use crate::state::RouterState;
 use crate::{list, watch};
 use axum::body::Body;
@@ -125,7 +125,7 @@ async fn route(app: &App, ctx: RequestContext) -> Result<Response<Body>, ApiErro
     let (method, headers, query) = (&ctx.method, &ctx.headers, ctx.query.raw());
     let Some(t) = ctx.target.clone() else {
         // Discovery, OpenAPI and /version are the same on every shard.
-        return shards.forward(&shards.urls()[0], method, &pq, headers, ctx.body.clone()).await;
+        return shards.forward(&shards.urls()[0], &Forwarded { method, path_and_query: &pq, headers, body: ctx.body.clone() }).await;
     };
     let ns = t.namespace.clone().unwrap_or_default();
     match (method, t.name.as_deref()) {
@@ -157,13 +157,17 @@ async fn route(app: &App, ctx: RequestContext) -> Result<Response<Body>, ApiErro
                     }
                 }
             }
-            shards.routed(|| shards.forward_to_owner(&t.info, &ns, &name, method, &pq, &fwd_headers, ctx.body.clone())).await
+            let request = Forwarded { method, path_and_query: &pq, headers: &fwd_headers, body: ctx.body.clone() };
+            shards.routed(|| shards.forward_to_owner(&t.info, &ns, &name, &request)).await
         }
         (&Method::DELETE, None) => {
             // Every shard deletes what it owns; the answer lists everything deleted.
             shards.routed(|| delete_collection(shards, &pq, headers, ctx.body.clone())).await
         }
-        (_, Some(name)) => shards.routed(|| shards.forward_to_owner(&t.info, &ns, name, method, &pq, headers, ctx.body.clone())).await,
+        (_, Some(name)) => {
+            let request = Forwarded { method, path_and_query: &pq, headers, body: ctx.body.clone() };
+            shards.routed(|| shards.forward_to_owner(&t.info, &ns, name, &request)).await
+        }
         (m, None) => Err(ApiError::method_not_allowed(&m.as_str().to_ascii_lowercase(), &t.info.group, &t.info.plural)),
     }
 }
@@ -187,7 +191,7 @@ async fn delete_collection(shards: &RouterState, pq: &str, headers: &axum::http:
         }
     }
     for u in &shards.urls() {
-        let resp = shards.forward(u, &Method::DELETE, pq, &passed, body.clone()).await?;
+        let resp = shards.forward(u, &Forwarded { method: &Method::DELETE, path_and_query: pq, headers: &passed, body: body.clone() }).await?;
         let status = resp.status();
         let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.map_err(|e| ApiError::unavailable(format!("shard {u}: {e}")))?;
         let v: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);

@@ -51,10 +51,17 @@ impl Loads {
     }
 }
 
-/// Starts reading `r` (less what `followed` already covers) at `at` in the background; the
+/// A range to take over, read at revision `at`; `reply` is answered once it has joined.
+pub(crate) struct Asked {
+    pub r: HashRange,
+    pub at: u64,
+    pub reply: oneshot::Sender<Result<u64, StorageError>>,
+}
+
+/// Starts reading the asked range (less what `followed` already covers) in the background; the
 /// result comes back on `done`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn start_load(storage: Storage, codec: ObjectCodec, range: &KeyRange, followed: RangeSet, r: HashRange, at: u64, reply: oneshot::Sender<Result<u64, StorageError>>, done: mpsc::Sender<Loaded>) {
+pub(crate) fn start_load(storage: Storage, codec: ObjectCodec, range: &KeyRange, followed: RangeSet, asked: Asked, done: mpsc::Sender<Loaded>) {
+    let Asked { r, at, reply } = asked;
     let (group, plural) = (range.group.clone(), range.plural.clone());
     tokio::spawn(async move {
         let objects = load_paced(&storage, &codec, &group, &plural, &followed, r, at).await;

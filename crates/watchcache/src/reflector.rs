@@ -203,7 +203,7 @@ async fn carry_out(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, r
             }
             // Loaded in the background while this loop goes on following the other ranges;
             // joined when the load comes back (`adopt::finish`).
-            adopt::start_load(storage.clone(), codec.clone(), range, followed, r, cache.synced(), reply, loaded.clone());
+            adopt::start_load(storage.clone(), codec.clone(), range, followed, adopt::Asked { r, at: cache.synced(), reply }, loaded.clone());
             None
         }
         Command::Release(r, reply) => {
