@@ -206,7 +206,7 @@ async fn main() {
     let objects = if args.objects.is_empty() { String::new() } else { format!(" --objects {}", args.objects.iter().map(usize::to_string).collect::<Vec<_>>().join(",")) };
     let command = format!("cargo run --release -p shardplane-benches -- {}{}{objects}{}", args.scenario, if args.smoke { " --smoke" } else { "" }, if perf { " --perf" } else { "" });
     let date = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC").to_string();
-    let mut text = format!("# Benchmark results\n\n");
+    let mut text = "# Benchmark results\n\n".to_string();
     if args.smoke {
         text.push_str("> **Smoke run**: tiny sizes and possibly a debug build. It checks that every scenario runs; its numbers mean nothing.\n\n");
     }

@@ -190,10 +190,8 @@ impl Shard {
     pub async fn fresh_resources(&self) -> Arc<Vec<Arc<ResourceInfo>>> {
         let catalog = self.catalog.caught_up(CATCH_UP).await;
         let behind = self.table.read().unwrap_or_else(|p| p.into_inner()).revision < catalog.revision;
-        if behind {
-            if let Ok(_one) = self.changing.try_lock() {
-                self.serve_catalog(&catalog);
-            }
+        if behind && let Ok(_one) = self.changing.try_lock() {
+            self.serve_catalog(&catalog);
         }
         self.resources()
     }
@@ -207,10 +205,8 @@ impl Shard {
             None if path.starts_with("/apis/") => shardplane_apimachinery::request_path::parse(path, &self.fresh_resources().await)?,
             None => return None,
         };
-        if t.info.custom.is_some() {
-            if let Ok(served) = self.served(&t.info) {
-                let _ = served.cache.wait_synced(0, CATCH_UP).await;
-            }
+        if t.info.custom.is_some() && let Ok(served) = self.served(&t.info) {
+            let _ = served.cache.wait_synced(0, CATCH_UP).await;
         }
         Some(t)
     }
@@ -429,10 +425,8 @@ async fn follow_range_map(shard: Arc<Shard>) {
     let mut again = tokio::time::interval(Duration::from_secs(5));
     loop {
         let map = rx.borrow_and_update().clone();
-        if let Some(m) = map {
-            if shard.apply_map(&m) && shard.ready() {
-                reconcile(&shard, &m).await;
-            }
+        if let Some(m) = map && shard.apply_map(&m) && shard.ready() {
+            reconcile(&shard, &m).await;
         }
         tokio::select! {
             changed = rx.changed() => if changed.is_err() { return },
@@ -450,10 +444,8 @@ async fn reconcile(shard: &Shard, map: &StoredRangeMap) {
     let draining: Vec<HashRange> = map.moves.iter().filter(|m| m.from == shard.id && m.phase == MovePhase::Draining).map(|m| m.range).collect();
     let wanted = incoming.iter().chain(&draining).fold(owned.clone(), |set, r| set.with(*r));
     for r in owned.ranges().iter().chain(&incoming) {
-        if !shard.ranges().covers(r) {
-            if let Err(e) = shard.adopt(*r).await {
-                tracing::warn!(shard = %shard.id, range = %r, error = %e.message, "could not load a range; will try again");
-            }
+        if !shard.ranges().covers(r) && let Err(e) = shard.adopt(*r).await {
+            tracing::warn!(shard = %shard.id, range = %r, error = %e.message, "could not load a range; will try again");
         }
     }
     let held = shard.ranges();

@@ -66,12 +66,10 @@ pub(crate) enum Source {
 
 /// The object a write changes, with its revision (the write's CAS compares on it).
 pub(crate) async fn current_from(shard: &Shard, info: &ResourceInfo, key: &[u8], ns: &str, name: &str, source: Source) -> Result<(Value, Kv), ApiError> {
-    if source == Source::CacheFirst {
-        if let Some(o) = shard.served(info)?.cache.get(ns, name) {
-            let mut v: Value = serde_json::from_slice(&o.bytes).map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))?;
-            as_requested(info, &mut v);
-            return Ok((v, Kv { key: key.to_vec(), value: o.bytes.clone(), mod_revision: o.rv, create_revision: 0 }));
-        }
+    if source == Source::CacheFirst && let Some(o) = shard.served(info)?.cache.get(ns, name) {
+        let mut v: Value = serde_json::from_slice(&o.bytes).map_err(|e| ApiError::internal(format!("cached object is not JSON: {e}")))?;
+        as_requested(info, &mut v);
+        return Ok((v, Kv { key: key.to_vec(), value: o.bytes.clone(), mod_revision: o.rv, create_revision: 0 }));
     }
     let (kv, _) = shard.store(info).get(key).await.map_err(storage_err)?;
     let kv = kv.ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
@@ -398,15 +396,11 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
         let (old, kv) = current_from(shard, info, &key, &ns, name, source).await?;
         source = Source::Etcd;
         let uid = meta::meta_str(&old, "uid").to_owned();
-        if let Some(p) = opts.pointer("/preconditions/uid").and_then(Value::as_str) {
-            if p != uid {
-                return Err(ApiError::conflict_msg(&info.group, &info.plural, name, &format!("Precondition failed: UID in precondition: {p}, UID in object meta: {uid}")));
-            }
+        if let Some(p) = opts.pointer("/preconditions/uid").and_then(Value::as_str) && p != uid {
+            return Err(ApiError::conflict_msg(&info.group, &info.plural, name, &format!("Precondition failed: UID in precondition: {p}, UID in object meta: {uid}")));
         }
-        if let Some(p) = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str) {
-            if p != kv.mod_revision.to_string() {
-                return Err(ApiError::conflict_msg(&info.group, &info.plural, name, &format!("Precondition failed: ResourceVersion in precondition: {p}, ResourceVersion in object meta: {}", kv.mod_revision)));
-            }
+        if let Some(p) = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str) && p != kv.mod_revision.to_string() {
+            return Err(ApiError::conflict_msg(&info.group, &info.plural, name, &format!("Precondition failed: ResourceVersion in precondition: {p}, ResourceVersion in object meta: {}", kv.mod_revision)));
         }
         let is_namespace = info.plural == "namespaces" && info.group.is_empty();
         let graceful_pod = info.plural == "pods" && info.group.is_empty() && old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) && grace != Some(0);

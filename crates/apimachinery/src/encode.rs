@@ -201,7 +201,7 @@ mod tests {
                 // It may decline only for an escape, or for a namespace-less object whose later
                 // fields hold a `"namespace":` key (here a label's).
                 let escaped = |s: &str| s.contains(['\\', '"']);
-                proptest::prop_assert!(escaped(&name) || generate.as_deref().is_some_and(escaped) || ns.as_deref().map_or(true, escaped));
+                proptest::prop_assert!(escaped(&name) || generate.as_deref().is_some_and(escaped) || ns.as_deref().is_none_or(escaped));
             }
         }
     }

@@ -132,10 +132,8 @@ impl ListOptions {
                 _ => {}
             }
         }
-        if let Some(rv) = o.resource_version.as_deref() {
-            if !rv.is_empty() {
-                parse_rv(rv)?;
-            }
+        if let Some(rv) = o.resource_version.as_deref() && !rv.is_empty() {
+            parse_rv(rv)?;
         }
         if o.resource_version.as_deref() == Some("") {
             o.resource_version = None;

@@ -155,10 +155,8 @@ fn validate_string_map(m: &Value, field: &str, values_are_labels: bool, causes: 
         match v.as_str() {
             Some(s) => {
                 total += k.len() + s.len();
-                if values_are_labels {
-                    if let Err(e) = validate_label_value(s) {
-                        causes.push(cause("FieldValueInvalid", &format!("{field}"), format!("Invalid value: {s:?}: {e}")));
-                    }
+                if values_are_labels && let Err(e) = validate_label_value(s) {
+                    causes.push(cause("FieldValueInvalid", field, format!("Invalid value: {s:?}: {e}")));
                 }
             }
             None => causes.push(cause("FieldValueInvalid", &format!("{field}.{k}"), "Invalid value: must be a string")),
@@ -186,10 +184,8 @@ pub fn validate_object(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
         if let Some(a) = meta.get("annotations") {
             validate_string_map(a, "metadata.annotations", false, &mut causes);
         }
-        if let Some(f) = meta.get("finalizers") {
-            if !f.is_null() && !f.as_array().is_some_and(|a| a.iter().all(|x| x.as_str().is_some_and(|s| validate_qualified_name(s).is_ok()))) {
-                causes.push(cause("FieldValueInvalid", "metadata.finalizers", "Invalid value: finalizers must be qualified names"));
-            }
+        if let Some(f) = meta.get("finalizers") && !f.is_null() && !f.as_array().is_some_and(|a| a.iter().all(|x| x.as_str().is_some_and(|s| validate_qualified_name(s).is_ok()))) {
+            causes.push(cause("FieldValueInvalid", "metadata.finalizers", "Invalid value: finalizers must be qualified names"));
         }
     }
     causes.extend(crate::kind_rules::validate(info, obj));

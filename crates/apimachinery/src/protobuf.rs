@@ -151,10 +151,10 @@ fn message_to_json(msg: &DynamicMessage) -> Value {
         _ => {
             let mut out = Map::new();
             for (field, value) in msg.fields() {
-                if is_zero_scalar(&value) && OMITEMPTY_SCALARS.contains(field.full_name()) {
+                if is_zero_scalar(value) && OMITEMPTY_SCALARS.contains(field.full_name()) {
                     continue;
                 }
-                let v = value_to_json(&value);
+                let v = value_to_json(value);
                 // A zero Time stays as null, as upstream's JSON writes it; other nulls are absent.
                 let is_time = field.kind().as_message().is_some_and(|m| m.full_name() == format!("{META}.Time"));
                 if !v.is_null() || is_time {

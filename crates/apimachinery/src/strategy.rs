@@ -90,10 +90,8 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
             };
             if info.plural == "namespaces" && info.group.is_empty() {
                 // Namespace phase is server-managed: a status write may add conditions only.
-                if let Some(phase) = old.pointer("/status/phase").cloned() {
-                    if let Some(st) = new_obj.get_mut("status").and_then(Value::as_object_mut) {
-                        st.insert("phase".into(), phase);
-                    }
+                if let Some(phase) = old.pointer("/status/phase").cloned() && let Some(st) = new_obj.get_mut("status").and_then(Value::as_object_mut) {
+                    st.insert("phase".into(), phase);
                 }
             }
         }

@@ -79,7 +79,7 @@ pub fn has_loaded(member: &ShardMember, range: &HashRange) -> bool {
     loaded.iter().any(|l| l.start() <= range.start() && l.end() >= range.end())
 }
 
-fn live<'a>(members: &'a Members) -> HashMap<&'a str, &'a ShardMember> {
+fn live(members: &Members) -> HashMap<&str, &ShardMember> {
     members.shards.iter().map(|s| (s.id.as_str(), s)).collect()
 }
 

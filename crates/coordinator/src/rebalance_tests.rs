@@ -175,10 +175,8 @@ impl World {
                 let loading: Vec<StoredMove> = self.map.moves.iter().filter(|m| m.phase == MovePhase::Loading).cloned().collect();
                 if let Some(m) = pick(&loading, *i) {
                     let rev = self.rev;
-                    if let Some(s) = self.shards.get_mut(&m.to).filter(|s| s.live) {
-                        if !s.loaded.iter().any(|(r, _)| *r == m.range) {
-                            s.loaded.push((m.range, rev));
-                        }
+                    if let Some(s) = self.shards.get_mut(&m.to).filter(|s| s.live) && !s.loaded.iter().any(|(r, _)| *r == m.range) {
+                        s.loaded.push((m.range, rev));
                     }
                 }
             }
@@ -265,17 +263,13 @@ impl World {
                 }
             }
             Action::Drain(i) => {
-                if let Some(id) = pick(&ids, *i) {
-                    if let Ok(next) = request_drain(&self.map, &id) {
-                        self.cas(self.rev, next);
-                    }
+                if let Some(id) = pick(&ids, *i) && let Ok(next) = request_drain(&self.map, &id) {
+                    self.cas(self.rev, next);
                 }
             }
             Action::Add(i) => {
-                if let Some(id) = pick(&ids, *i) {
-                    if let Ok(next) = request_add(&self.map, &self.members(), &id) {
-                        self.cas(self.rev, next);
-                    }
+                if let Some(id) = pick(&ids, *i) && let Ok(next) = request_add(&self.map, &self.members(), &id) {
+                    self.cas(self.rev, next);
                 }
             }
             Action::Rebalance => {

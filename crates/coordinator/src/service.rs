@@ -148,9 +148,9 @@ async fn coordinate_once(storage: &Storage, cfg: &ServiceConfig, started: &mut H
         }
     }
     for m in &current.map.moves {
-        if !started.contains_key(&m.range) {
+        if let std::collections::hash_map::Entry::Vacant(e) = started.entry(m.range) {
             // A move this leader had not seen (asked for by an operator, or by a leader before it).
-            started.insert(m.range, Instant::now());
+            e.insert(Instant::now());
             if let Some(metrics) = &cfg.metrics {
                 metrics.started.inc();
             }

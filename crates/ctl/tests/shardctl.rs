@@ -67,7 +67,7 @@ async fn shardctl_shows_members_and_the_coordinator_reassigns_a_dead_shards_rang
 
     // Refusals say what is wrong, with exit code 1.
     for (args, says) in [
-        (vec!["move", low.to_string().as_str(), "--to", "nobody"].iter().map(|s| s.to_string()).collect::<Vec<_>>(), "unknown shard \"nobody\""),
+        (["move", low.to_string().as_str(), "--to", "nobody"].iter().map(|s| s.to_string()).collect::<Vec<_>>(), "unknown shard \"nobody\""),
         (vec!["move".into(), low.to_string(), "--to".into(), "s0".into()], "already belongs to shard \"s0\""),
         (vec!["split".into(), low.to_string(), "--at".into(), "0x0000000000000000".into()], "strictly inside"),
         (vec!["merge".into(), low.to_string(), high.to_string()], "cannot merge"),
@@ -297,7 +297,7 @@ async fn live_moves(contract: Option<shardplane_storage::StorageContract>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standalone_coordinator_moves_ranges_and_serves_metrics() {
     let etcd = Etcd::start().await;
-    let storage = Storage::connect(&[etcd.endpoint.clone()]).await.unwrap();
+    let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
     let s0 = TestShard::start_shard(shard(&etcd, "s0", HashRange::FULL)).await;
     s0.namespace("demo").await;
     for i in 0..10 {

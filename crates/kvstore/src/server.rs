@@ -224,7 +224,7 @@ impl EtcdServer {
     fn dispatch(st: &mut State, revision: i64, events: &[Event]) {
         let mut behind = Vec::new();
         for w in st.watchers.iter().filter(|w| revision >= w.start) {
-            let mine: Vec<PbEvent> = events.iter().filter(|e| mvcc::in_range(&e.kv.key, &w.key, &w.end) && !(e.deleted && w.no_delete) && !(!e.deleted && w.no_put)).map(|e| event_pb(e, w.prev_kv)).collect();
+            let mine: Vec<PbEvent> = events.iter().filter(|e| mvcc::in_range(&e.kv.key, &w.key, &w.end) && passes_filters(e, w.no_put, w.no_delete)).map(|e| event_pb(e, w.prev_kv)).collect();
             if mine.is_empty() {
                 continue;
             }
@@ -414,7 +414,7 @@ impl PbWatchService for EtcdServer {
                             let mut bytes = 0;
                             let mut overflow = false;
                             for (i, e) in events.iter().enumerate() {
-                                if !(e.deleted && no_delete) && !(!e.deleted && no_put) {
+                                if passes_filters(e, no_put, no_delete) {
                                     let pb = event_pb(e, c.prev_kv);
                                     bytes += prost::Message::encoded_len(&pb);
                                     batch.push(pb);
@@ -645,4 +645,9 @@ pub async fn serve(server: EtcdServer, listener: Listener, stop: tokio_util::syn
             served
         }
     }
+}
+
+/// Whether a watch with etcd's NOPUT / NODELETE filters is sent `e`.
+fn passes_filters(e: &Event, no_put: bool, no_delete: bool) -> bool {
+    if e.deleted { !no_delete } else { !no_put }
 }

@@ -121,10 +121,8 @@ fn read(i: usize, resp: reqwest::Response, input: mpsc::Sender<(usize, Option<Li
             buf.extend_from_slice(&chunk);
             while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = buf.drain(..=pos).collect();
-                if let Some(l) = classify(&line) {
-                    if input.send((i, Some(l))).await.is_err() {
-                        return;
-                    }
+                if let Some(l) = classify(&line) && input.send((i, Some(l))).await.is_err() {
+                    return;
                 }
             }
         }
@@ -325,10 +323,8 @@ impl Upstream {
                 }
             }
             self.ask_lagging(switching.as_ref());
-            if let Some(m) = self.merge.bookmark().filter(|m| *m > marked) {
-                if marked_at.elapsed() >= MARK_EVERY && out.try_send(Merged::Mark(m)).is_ok() {
-                    (marked, marked_at) = (m, tokio::time::Instant::now());
-                }
+            if let Some(m) = self.merge.bookmark().filter(|m| *m > marked) && marked_at.elapsed() >= MARK_EVERY && out.try_send(Merged::Mark(m)).is_ok() {
+                (marked, marked_at) = (m, tokio::time::Instant::now());
             }
         }
     }

@@ -199,7 +199,7 @@ fn ranges_of(map: &shardplane_storage::range_map::StoredRangeMap, id: &str) -> V
 async fn watches_and_writes_stay_whole_while_shards_join_move_drain_and_die() {
     let etcd = Etcd::start().await;
     let e = etcd.endpoint.as_str();
-    let storage = Storage::connect(&[etcd.endpoint.clone()]).await.unwrap();
+    let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
     let thirds = HashRange::split_even(3);
     let mut shards: BTreeMap<&str, (Process, String)> = BTreeMap::new();
     for (i, id) in ["s0", "s1", "s2"].into_iter().enumerate() {

@@ -89,7 +89,7 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     // The router published the map of its shards in etcd.
-    let storage = shardplane_storage::Storage::connect(&[etcd.endpoint.clone()]).await.unwrap();
+    let storage = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
     let before = storage.load_range_map().await.unwrap().expect("a stored map").map;
     assert_eq!((before.epoch, before.shards.len()), (1, 2));
 
@@ -176,7 +176,7 @@ fn stop_router(router: &mut KillOnDrop) {
 #[tokio::test]
 async fn the_local_topology_grows_and_shrinks_with_the_shard_count_across_restarts() {
     let etcd = Etcd::start().await;
-    let storage = shardplane_storage::Storage::connect(&[etcd.endpoint.clone()]).await.unwrap();
+    let storage = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
     let dir = std::env::temp_dir().join(format!("shardplane-topology-{}", uuid::Uuid::new_v4()));
     let kubeconfig = dir.join("kubeconfig");
     let mut want: Vec<String> = Vec::new();

@@ -100,10 +100,8 @@ impl Etcd {
             if child.try_wait().ok().flatten().is_some() {
                 return None; // exited: most likely a port taken meanwhile; Drop cleans up
             }
-            if let Ok(s) = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await {
-                if s.current_revision().await.is_ok() {
-                    return Some(etcd);
-                }
+            if let Ok(s) = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await && s.current_revision().await.is_ok() {
+                return Some(etcd);
             }
             assert!(Instant::now() < deadline, "etcd did not answer within 30 s");
             tokio::time::sleep(Duration::from_millis(50)).await;

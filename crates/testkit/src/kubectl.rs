@@ -19,6 +19,12 @@ pub struct Kubectl {
 pub mod tempdir {
     /// A temporary directory removed on drop.
     pub struct Dir(pub std::path::PathBuf);
+    impl Default for Dir {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
     impl Dir {
         pub fn new() -> Self {
             let p = std::env::temp_dir().join(format!("shardplane-kubectl-{}", uuid::Uuid::new_v4()));

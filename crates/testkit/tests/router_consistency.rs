@@ -71,12 +71,11 @@ async fn watchers_and_lists_through_the_router_equal_etcd() {
                         2 => c.patch(format!("{url}{CM}/{name}")).header("content-type", "application/merge-patch+json").body(format!(r#"{{"data":{{"i":"{i}"}}}}"#)).send().await.unwrap(),
                         _ => c.delete(format!("{url}{CM}/{name}")).send().await.unwrap(),
                     };
-                    if resp.status().is_success() {
-                        if let Ok(v) = resp.json::<Value>().await {
-                            if let Some(r) = v["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse::<u64>().ok()) {
-                                last = last.max(r);
-                            }
-                        }
+                    if resp.status().is_success()
+                        && let Ok(v) = resp.json::<Value>().await
+                        && let Some(r) = v["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse::<u64>().ok())
+                    {
+                        last = last.max(r);
                     }
                 }
                 last

@@ -537,7 +537,7 @@ async fn tables_and_partial_metadata_as_upstream_renders_them() {
     let (_, _, st) = get("/api/v1/namespaces/demo/services".into(), KUBECTL).await;
     assert_eq!(st["rows"][0]["cells"], json!(["web", "ClusterIP", "<none>", "<none>", "80/TCP", st["rows"][0]["cells"][5], "app=web"]));
     // PartialObjectMetadataList.
-    let (code, _, meta) = get(format!("{CM}"), "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io").await;
+    let (code, _, meta) = get(CM.to_string(), "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io").await;
     assert_eq!((code, meta["kind"].as_str(), meta["apiVersion"].as_str()), (200, Some("PartialObjectMetadataList"), Some("meta.k8s.io/v1")));
     assert_eq!(meta["items"][0]["kind"], "PartialObjectMetadata");
     assert!(meta["items"][0].get("data").is_none() && meta["items"][0]["metadata"]["name"] == "t0");
@@ -646,7 +646,7 @@ async fn requests_past_the_inflight_bound_get_429_and_watches_are_exempt() {
     cfg.max_requests_inflight = 1;
     let s = TestShard::start_shard(cfg).await; // the bound belongs to a shard process
     // A watch holds no permit.
-    let _w = s.watch(&format!("/api/v1/configmaps?watch=1&resourceVersion=0")).await;
+    let _w = s.watch(&"/api/v1/configmaps?watch=1&resourceVersion=0".to_string()).await;
     assert_eq!(s.get("/api/v1/configmaps").await.0, 200);
     // A list waiting for a revision that never comes holds the one permit for ~3 s.
     let url = format!("{}/api/v1/configmaps?resourceVersion=999999999&resourceVersionMatch=NotOlderThan", s.url);

@@ -271,7 +271,7 @@ async fn a_default_added_to_the_crd_shows_on_objects_already_stored() {
     assert_eq!(list["items"][0]["spec"]["tier"], "gold", "{list}");
     // Stored as it was: the default is applied on reading, not written back.
     let key = shardplane_keyspace::etcd_layout::object_key(&shardplane_keyspace::ObjectKey::new(GROUP, "agentsessions", "default", "stored"));
-    let storage = shardplane_storage::Storage::connect(&[etcd.endpoint.clone()]).await.unwrap();
+    let storage = shardplane_storage::Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
     let (kv, _) = storage.get(key.as_bytes()).await.unwrap();
     let raw: Value = serde_json::from_slice(&kv.unwrap().value).unwrap();
     assert!(raw["spec"].get("tier").is_none(), "{raw}");

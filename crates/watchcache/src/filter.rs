@@ -28,20 +28,14 @@ pub struct Filter {
 impl Filter {
     /// Whether `obj` is selected.
     pub fn matches(&self, obj: &CachedObject) -> bool {
-        if let Some(ns) = &self.namespace {
-            if obj.namespace() != ns {
-                return false;
-            }
+        if let Some(ns) = &self.namespace && obj.namespace() != ns {
+            return false;
         }
-        if let Some(s) = &self.shard {
-            if !s.matches(&obj.uid, obj.namespace()) {
-                return false;
-            }
+        if let Some(s) = &self.shard && !s.matches(&obj.uid, obj.namespace()) {
+            return false;
         }
-        if let Some(o) = &self.owned {
-            if !o.ranges.contains(placement_hash(&o.group, &o.plural, obj.namespace(), obj.name())) {
-                return false;
-            }
+        if let Some(o) = &self.owned && !o.ranges.contains(placement_hash(&o.group, &o.plural, obj.namespace(), obj.name())) {
+            return false;
         }
         self.labels.matches(|k| obj.label(k)) && self.fields.matches(|f| obj.field(f))
     }

@@ -147,7 +147,7 @@ pub fn decode_object(info: &ResourceInfo, v: &mut Value, rv: u64) -> Result<Cach
     let uid = uid.into();
     // The encoder grows its buffer by doubling: without the shrink, a cached object would keep
     // up to twice its size (Bytes keeps a Vec's capacity).
-    let mut encoded = shardplane_apimachinery::encode::object_bytes(&v);
+    let mut encoded = shardplane_apimachinery::encode::object_bytes(v);
     encoded.shrink_to_fit();
     let bytes = Bytes::from(encoded);
     Ok(CachedObject { key, bytes, rv, uid, attrs, field_names: info.selectable_fields.clone() })
