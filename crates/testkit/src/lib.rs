@@ -4,7 +4,8 @@
 //! the store a test talks to ([`Etcd`]: a real etcd 3.5 process on a free loopback port with
 //! its data on tmpfs, or the embedded store), shards and routers served in-process on free
 //! ports ([`TestShard`], with `SHARDPLANE_ROUTER_SHARDS=K` a router over K shards), kubectl
-//! ([`Kubectl`]), watch readers, and etcd's own history of a resource to compare streams with
+//! ([`Kubectl`]), the client-go and Python client runners ([`build_go_program`], [`run_python`]),
+//! watch readers, and etcd's own history of a resource to compare streams with
 //! ([`etcd_history`]). Everything is torn down on drop.
 //!
 //! It must never stand in for etcd or a client: what it starts is the real thing, and it only
@@ -18,10 +19,12 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
+mod clients;
 mod etcd;
 mod history;
 mod kubectl;
 
+pub use clients::*;
 pub use etcd::*;
 pub use history::*;
 pub use kubectl::*;

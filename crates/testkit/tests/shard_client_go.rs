@@ -9,27 +9,10 @@ use shardplane_keyspace::RangeSet;
 use std::path::PathBuf;
 use std::process::Command;
 
-const GO: &str = "/usr/lib/go-1.24/bin/go";
-
-/// Builds crates/testkit/tests/clientgo into the target directory (GOPATH mode against Debian's client-go).
+/// Builds tests/clientgo into the target directory.
 fn build_client() -> PathBuf {
-    assert!(std::path::Path::new(GO).exists(), "Go 1.24 missing: run deploy/local/install-deps.sh");
-    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("clientgo");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let bin = out_dir.join("clientgo");
-    let status = Command::new(GO)
-        .args(["build", "-o"])
-        .arg(&bin)
-        .arg(manifest.join("tests/clientgo/main.go"))
-        .env("GO111MODULE", "off")
-        .env("GOPATH", "/usr/share/gocode")
-        .env("GOCACHE", out_dir.join("cache"))
-        .env("GOFLAGS", "")
-        .status()
-        .expect("run go build");
-    assert!(status.success(), "building the client-go test client failed");
-    bin
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clientgo/main.go");
+    build_go_program(&source, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("clientgo"))
 }
 
 #[tokio::test]

@@ -4,7 +4,6 @@
 
 use shardplane_testkit::*;
 use shardplane_keyspace::RangeSet;
-use std::process::Command;
 
 #[tokio::test]
 async fn pypi_kubernetes_client_scenario() {
@@ -12,7 +11,7 @@ async fn pypi_kubernetes_client_scenario() {
     let s = TestShard::start(test_config(&etcd, RangeSet::full())).await;
     let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/client_scenario.py");
     let url = s.url.clone();
-    let out = tokio::task::spawn_blocking(move || Command::new("python3").arg(script).arg(url).env("NO_PROXY", "127.0.0.1").output().expect("run python3")).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || run_python(&script, &[&url])).await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "python client scenario failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("python client scenario passed"));
