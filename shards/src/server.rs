@@ -85,10 +85,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     tracing::info!(id = %config.id, addr = %listener.local_addr()?, ranges = %config.ranges, "shard serving");
     let url = format!("http://{}", listener.local_addr()?);
     let member = (!config.standalone).then(|| crate::membership::register(shard_for_members, url, config.member_ttl, shutdown.clone()));
-    let listener = axum::serve::ListenerExt::tap_io(listener, |s| {
-        let _ = s.set_nodelay(true);
-    });
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+    let served = shardplane_http::serve::serve(listener, app, Default::default(), shutdown.clone()).await;
     // The member key goes before the process does (a coordinator would otherwise take the shard
     // for live, or for one that joined, until its lease ran out).
     if let Some(member) = member {

@@ -390,6 +390,7 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
     }
     // Typed as upstream decodes DeleteOptions: a field of the wrong type or range is a 400.
     let grace = shardplane_apimachinery::delete_options::parse(&opts, form_value(query, "gracePeriodSeconds").as_deref())?.grace_period_seconds;
+    shardplane_apimachinery::admission::validate_delete(info, name)?;
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(info, &ns, name)?;
     loop {

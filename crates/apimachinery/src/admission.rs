@@ -1,8 +1,23 @@
 //! The admission steps kube-apiserver runs by default that change an object (mutating admission
 //! plugins), as shardplane runs them on create. Only those that need no other object are here;
-//! the rest (the default ServiceAccount, quota, limit ranges) need the objects they read.
+//! the rest (the default ServiceAccount, quota, limit ranges) need the objects they read. The
+//! validating steps that need no other object are here too ([`validate_delete`]).
 
+use crate::resources::ResourceInfo;
+use crate::ApiError;
 use serde_json::{json, Value};
+
+/// The namespaces upstream's NamespaceLifecycle admission plugin never lets go.
+pub const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
+
+/// Upstream's NamespaceLifecycle plugin on a delete: the immortal namespaces may not be deleted
+/// (403 Forbidden, as upstream words it).
+pub fn validate_delete(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
+    if info.group.is_empty() && info.plural == "namespaces" && IMMORTAL_NAMESPACES.contains(&name) {
+        return Err(ApiError::forbidden("", "namespaces", name, "this namespace may not be deleted"));
+    }
+    Ok(())
+}
 
 /// Upstream's DefaultTolerationSeconds admission plugin (on by default): a new pod tolerates
 /// `not-ready` and `unreachable` nodes for 300 s unless it says otherwise for those keys.

@@ -27,7 +27,7 @@ pub type FieldSet = BTreeSet<FieldPath>;
 /// second value is a warning text.
 pub fn parse_config(raw: &[u8], strict: bool) -> Result<(Value, Vec<String>), ApiError> {
     let text = std::str::from_utf8(raw).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
-    let mut options = serde_saphyr::Options::default();
+    let mut options = yaml_options();
     options.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::Error;
     let mut warnings = Vec::new();
     let parsed = match serde_saphyr::from_str_with_options::<Value>(text, options) {
@@ -41,7 +41,7 @@ pub fn parse_config(raw: &[u8], strict: bool) -> Result<(Value, Vec<String>), Ap
                 Some(d) if strict => return Err(ApiError::bad_request(format!("error converting YAML to JSON: yaml: unmarshal errors:\n  {d}"))),
                 Some(d) => {
                     warnings.push(d);
-                    let mut last_wins = serde_saphyr::Options::default();
+                    let mut last_wins = yaml_options();
                     last_wins.duplicate_keys = serde_saphyr::DuplicateKeyPolicy::LastWins;
                     serde_saphyr::from_str_with_options::<Value>(text, last_wins).map_err(|e| ApiError::bad_request(format!("error decoding YAML: {}", e.without_snippet())))?
                 }
@@ -53,6 +53,28 @@ pub fn parse_config(raw: &[u8], strict: bool) -> Result<(Value, Vec<String>), Ap
         return Err(ApiError::bad_request("error decoding YAML: an applied configuration must be an object"));
     }
     Ok((parsed, warnings))
+}
+
+/// The most string bytes all anchors of one YAML document may hold together.
+pub const MAX_YAML_ANCHOR_BYTES: usize = 256 * 1024;
+/// The most times one anchor may be expanded by aliases.
+pub const MAX_YAML_EXPANSIONS_PER_ANCHOR: usize = 32;
+/// The most events aliases may replay in one document.
+pub const MAX_YAML_REPLAYED_EVENTS: usize = 100_000;
+
+/// The YAML reader's bounds for a request body. What aliases can add is bounded in bytes: each
+/// anchor's retained text (nested expansions included) counts toward [`MAX_YAML_ANCHOR_BYTES`],
+/// and each is expanded at most [`MAX_YAML_EXPANSIONS_PER_ANCHOR`] times, so a body's aliases
+/// expand to at most 8 MiB of strings (and [`MAX_YAML_REPLAYED_EVENTS`] nodes), however they
+/// nest. Past a bound the body is a 400, as upstream answers "excessive aliasing".
+fn yaml_options() -> serde_saphyr::Options {
+    let mut options = serde_saphyr::Options::default();
+    let mut budget = options.budget.take().unwrap_or_default();
+    budget.max_recorded_anchor_bytes = MAX_YAML_ANCHOR_BYTES;
+    options.budget = Some(budget);
+    options.alias_limits.max_alias_expansions_per_anchor = MAX_YAML_EXPANSIONS_PER_ANCHOR;
+    options.alias_limits.max_total_replayed_events = MAX_YAML_REPLAYED_EVENTS;
+    options
 }
 
 /// The part of an object an apply manages: the main resource's fields but its status, or (on
@@ -484,6 +506,22 @@ mod tests {
 
     fn apply<'a>(manager: &'a str, force: bool) -> Apply<'a> {
         Apply { manager, force, scope: Scope::Main { has_status: true }, api_version: "v1", now: "2026-11-30T00:00:00Z" }
+    }
+
+    #[test]
+    fn yaml_alias_bombs_are_refused_and_plain_aliases_expand() {
+        // Billion laughs: nine levels of nine aliases each.
+        let mut bomb = String::from("a0: &a0 \"lol\"\n");
+        for i in 1..10 {
+            bomb.push_str(&format!("a{i}: &a{i} [{}]\n", vec![format!("*a{}", i - 1); 9].join(", ")));
+        }
+        assert_eq!(parse_config(bomb.as_bytes(), true).unwrap_err().code, 400);
+        // One large anchor replayed many times.
+        let big = format!("x: &x \"{}\"\nys: [{}]\n", "y".repeat(200_000), vec!["*x"; 100].join(", "));
+        assert_eq!(parse_config(big.as_bytes(), true).unwrap_err().code, 400);
+        // An ordinary alias still expands.
+        let (v, _) = parse_config(b"base: &b {k: v}\nother: *b\n", true).unwrap();
+        assert_eq!(v["other"], json!({"k": "v"}));
     }
 
     #[test]

@@ -138,6 +138,17 @@ pub fn validate(crd: &Value) -> Vec<StatusCause> {
         } else if v.pointer("/schema/openAPIV3Schema/type").and_then(Value::as_str) != Some("object") {
             causes.push(cause("FieldValueRequired", &format!("spec.versions[{i}].schema.openAPIV3Schema.type"), "Required value: must not be empty at the root"));
         }
+        // Every pattern must compile, within the complexity bound, before any object is checked
+        // against it.
+        let mut found = Vec::new();
+        if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
+            crate::structural::patterns(schema, &format!("spec.versions[{i}].schema.openAPIV3Schema"), &mut found);
+        }
+        for (field, p) in found {
+            if let Err(e) = crate::structural::pattern(p).as_ref() {
+                causes.push(cause("FieldValueInvalid", &field, format!("Invalid value: {p:?}: must be a valid regular expression, but isn't: {}", e.lines().last().unwrap_or(e).trim())));
+            }
+        }
     }
     if !versions.is_empty() && !versions.iter().any(|v| v["served"] == true) {
         causes.push(cause("FieldValueInvalid", "spec.versions", "Invalid value: must have at least one served version"));
@@ -352,5 +363,19 @@ mod tests {
         let mut moved = crd();
         moved["spec"]["scope"] = json!("Cluster");
         assert_eq!(validate_update(&crd(), &moved).len(), 1);
+    }
+
+    #[test]
+    fn patterns_must_compile_within_the_bound_at_the_crd_write() {
+        let mut c = crd();
+        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "ok": {"type": "string", "pattern": "^[a-z]+$"},
+            "open": {"type": "string", "pattern": "(a"},
+            "huge": {"type": "array", "items": {"type": "string", "pattern": "(\\w{100}){100}"}}
+        }}}});
+        let causes = validate(&c);
+        let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(fields, ["spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[huge].items.pattern", "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[open].pattern"]);
+        assert!(causes[1].message.starts_with("Invalid value: \"(a\": must be a valid regular expression, but isn't: "), "{}", causes[1].message);
     }
 }

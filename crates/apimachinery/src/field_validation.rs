@@ -133,8 +133,33 @@ pub fn duplicate_fields(json: &[u8]) -> Vec<String> {
     use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
     use std::cell::RefCell;
 
+    /// Where a value is: a chain of steps up to the document, written out only for a duplicate
+    /// (building every key's full path would cost the path's length per key).
+    enum Step<'a> {
+        Root,
+        Key(&'a Step<'a>, &'a str),
+        Index(&'a Step<'a>, usize),
+    }
+    impl Step<'_> {
+        fn write(&self, out: &mut String) {
+            match self {
+                Step::Root => {}
+                Step::Key(parent, key) => {
+                    parent.write(out);
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(key);
+                }
+                Step::Index(parent, i) => {
+                    parent.write(out);
+                    out.push_str(&format!("[{i}]"));
+                }
+            }
+        }
+    }
     struct Walk<'a> {
-        path: String,
+        at: &'a Step<'a>,
         found: &'a RefCell<Vec<String>>,
     }
     impl<'de> DeserializeSeed<'de> for Walk<'_> {
@@ -151,17 +176,20 @@ pub fn duplicate_fields(json: &[u8]) -> Vec<String> {
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
             let mut seen = std::collections::HashSet::new();
             while let Some(key) = map.next_key::<String>()? {
-                let path = if self.path.is_empty() { key.clone() } else { format!("{}.{key}", self.path) };
-                if !seen.insert(key) {
-                    self.found.borrow_mut().push(path.clone());
+                let step = Step::Key(self.at, &key);
+                if seen.contains(&key) {
+                    let mut path = String::new();
+                    step.write(&mut path);
+                    self.found.borrow_mut().push(path);
                 }
-                map.next_value_seed(Walk { path, found: self.found })?;
+                map.next_value_seed(Walk { at: &step, found: self.found })?;
+                seen.insert(key);
             }
             Ok(())
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
             let mut i = 0;
-            while seq.next_element_seed(Walk { path: format!("{}[{i}]", self.path), found: self.found })?.is_some() {
+            while seq.next_element_seed(Walk { at: &Step::Index(self.at, i), found: self.found })?.is_some() {
                 i += 1;
             }
             Ok(())
@@ -188,7 +216,7 @@ pub fn duplicate_fields(json: &[u8]) -> Vec<String> {
     let found = RefCell::new(Vec::new());
     let mut de = serde_json::Deserializer::from_slice(json);
     // A body that does not parse was refused before; nothing to report then.
-    let _ = Walk { path: String::new(), found: &found }.deserialize(&mut de);
+    let _ = Walk { at: &Step::Root, found: &found }.deserialize(&mut de);
     found.into_inner()
 }
 

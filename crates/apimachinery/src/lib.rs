@@ -32,6 +32,7 @@ pub mod delete_options;
 pub mod encode;
 pub mod field_validation;
 pub mod formats;
+pub mod go_duration;
 pub mod kind_rules;
 pub mod list_options;
 pub mod meta;

@@ -165,9 +165,14 @@ impl ApiError {
         e
     }
 
-    /// 413 RequestEntityTooLarge.
+    /// 413 RequestEntityTooLarge for a body past `limit` bytes, worded as upstream.
     pub fn too_large(limit: usize) -> Self {
-        Self::new(413, "RequestEntityTooLarge", format!("the request body is too large: limit is {limit} bytes"))
+        Self::too_large_message(format!("limit is {limit}"))
+    }
+
+    /// 413 RequestEntityTooLarge with upstream's message for what was too large.
+    pub fn too_large_message(message: impl Into<String>) -> Self {
+        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: {}", message.into()))
     }
 
     /// 415 UnsupportedMediaType.

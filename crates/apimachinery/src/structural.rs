@@ -11,7 +11,48 @@
 
 use crate::resources::ResourceInfo;
 use crate::status::{cause, StatusCause};
+use regex::{Regex, RegexBuilder};
 use serde_json::Value;
+use std::sync::Arc;
+
+/// The most memory one compiled `pattern` may take (its program and its lazy DFA each): a
+/// pattern past it is refused at the CRD's write as too complex.
+pub const MAX_PATTERN_BYTES: usize = 1 << 20;
+/// The most compiled patterns kept; past it the least used are dropped and compiled again when
+/// next needed.
+const PATTERNS_KEPT: u64 = 4096;
+
+/// Compiled patterns by their text: each schema's patterns are compiled once, not for every
+/// string of every write.
+static PATTERNS: std::sync::LazyLock<moka::sync::Cache<String, Arc<Result<Regex, String>>>> = std::sync::LazyLock::new(|| moka::sync::Cache::new(PATTERNS_KEPT));
+
+/// The compiled `pattern`, or why it does not compile (or is too complex).
+pub fn pattern(p: &str) -> Arc<Result<Regex, String>> {
+    PATTERNS.get_with_by_ref(p, || Arc::new(RegexBuilder::new(p).size_limit(MAX_PATTERN_BYTES).dfa_size_limit(MAX_PATTERN_BYTES).build().map_err(|e| e.to_string())))
+}
+
+/// Every `pattern` keyword of a schema and its sub-schemas, with its field path as upstream
+/// writes it (`…properties[spec].properties[name].pattern`) under `at`.
+pub fn patterns<'a>(schema: &'a Value, at: &str, out: &mut Vec<(String, &'a str)>) {
+    if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
+        out.push((format!("{at}.pattern"), p));
+    }
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (k, ps) in props {
+            patterns(ps, &format!("{at}.properties[{k}]"), out);
+        }
+    }
+    for key in ["items", "additionalProperties", "not"] {
+        if let Some(sub) = schema.get(key).filter(|x| x.is_object()) {
+            patterns(sub, &format!("{at}.{key}"), out);
+        }
+    }
+    for key in ["allOf", "anyOf", "oneOf"] {
+        for (i, sub) in schema.get(key).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            patterns(sub, &format!("{at}.{key}[{i}]"), out);
+        }
+    }
+}
 
 fn child(path: &str, key: &str) -> String {
     if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
@@ -103,8 +144,10 @@ fn check(schema: &Value, v: &Value, path: &str, causes: &mut Vec<StatusCause>) {
             if let Some(max) = n("maxLength").filter(|m| len > *m) {
                 causes.push(cause("FieldValueInvalid", path, format!("Invalid value: {v}: {path} in body should be at most {max} chars long")));
             }
+            // A pattern that does not compile (a CRD stored before patterns were checked at
+            // its write) matches nothing: the rule fails closed.
             if let Some(p) = schema.get("pattern").and_then(Value::as_str)
-                && regex::Regex::new(p).is_ok_and(|re| !re.is_match(s))
+                && !pattern(p).as_ref().as_ref().is_ok_and(|re| re.is_match(s))
             {
                 causes.push(cause("FieldValueInvalid", path, format!("Invalid value: {v}: {path} in body should match '{p}'")));
             }
@@ -147,13 +190,13 @@ fn check_list_type(schema: &Value, items: &[Value], path: &str, causes: &mut Vec
             _ => None,
         }
     };
-    let mut seen: Vec<Value> = Vec::new();
+    // Keys by their JSON text (maps' keys are sorted, so equal values write equally): one
+    // lookup per item, not a scan of the items before it.
+    let mut seen = std::collections::HashSet::new();
     for (i, x) in items.iter().enumerate() {
         let Some(key) = key_of(x) else { return };
-        if seen.contains(&key) {
+        if !seen.insert(key.to_string()) {
             causes.push(cause("FieldValueDuplicate", &format!("{path}[{i}]"), format!("Duplicate value: {}", go_value(&key))));
-        } else {
-            seen.push(key);
         }
     }
 }

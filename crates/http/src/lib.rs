@@ -6,7 +6,8 @@
 //! ([`body`]), content negotiation and the representations (JSON, Table, PartialObjectMetadata:
 //! [`negotiation`], [`printing`]), watch-event framing ([`watch_frame`]), the discovery documents
 //! ([`discovery`]), the one mapping of storage errors to a `Status` ([`storage_errors`]), and
-//! the router↔shard protocol ([`protocol`]).
+//! the router↔shard protocol ([`protocol`]), and serving connections with their time bounds
+//! ([`serve`]).
 //!
 //! It must never hold objects, talk to storage or know where a key lives: it turns HTTP into
 //! parsed requests and answers into HTTP, so that the shard and the router can never read a
@@ -21,6 +22,7 @@ pub mod printing;
 pub mod protocol;
 pub mod query;
 pub mod request;
+pub mod serve;
 pub mod storage_errors;
 pub mod watch_frame;
 

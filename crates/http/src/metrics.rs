@@ -1,7 +1,7 @@
 //! Prometheus metrics with upstream's names where one exists, and the bounded label set of a
 //! request (verb, group, version, resource, subresource, scope: never a name or a raw path).
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use axum::http::Method;
 use shardplane_apimachinery::request_path::Target;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,6 +54,9 @@ pub struct Metrics {
     pub watchers: IntGaugeVec,
     /// `apiserver_terminated_watchers_total{resource}`
     pub terminated_watchers: IntGaugeVec,
+    /// `shardplane_request_panics_total`: requests whose handler panicked (each answered with a
+    /// 500 Status; no upstream name, as kube-apiserver only logs them)
+    pub panics: IntCounter,
     /// `process_resident_memory_bytes` (the Prometheus process collector's name)
     resident: IntGauge,
     /// `shardplane_heap_allocated_bytes`: jemalloc `stats.allocated` (as Go's
@@ -81,16 +84,17 @@ impl Metrics {
         let watch_events = IntCounterVec::new(Opts::new("apiserver_watch_events_total", "Number of events sent in watch clients"), &["group", "version", "kind"]).expect("metric");
         let watchers = IntGaugeVec::new(Opts::new("apiserver_registered_watchers", "Number of currently registered watchers for a given resources"), &["group", "version", "kind"]).expect("metric");
         let terminated_watchers = IntGaugeVec::new(Opts::new("apiserver_terminated_watchers_total", "Number of watchers terminated because of being unresponsive, per resource"), &["resource"]).expect("metric");
+        let panics = IntCounter::new("shardplane_request_panics_total", "Requests whose handler panicked; each was answered with a 500 Status.").expect("metric");
         let resident = IntGauge::new("process_resident_memory_bytes", "Resident memory size in bytes.").expect("metric");
         let heap = IntGauge::new("shardplane_heap_allocated_bytes", "Bytes allocated by the application on the heap (jemalloc stats.allocated).").expect("metric");
-        let mut all = vec![Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>, Box::new(duration.clone()), Box::new(storage_objects.clone()), Box::new(cache_bytes.clone()), Box::new(watch_events.clone()), Box::new(watchers.clone()), Box::new(terminated_watchers.clone()), Box::new(resident.clone())];
+        let mut all = vec![Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>, Box::new(duration.clone()), Box::new(storage_objects.clone()), Box::new(cache_bytes.clone()), Box::new(watch_events.clone()), Box::new(watchers.clone()), Box::new(terminated_watchers.clone()), Box::new(panics.clone()), Box::new(resident.clone())];
         if HEAP_IS_JEMALLOC.load(Ordering::Relaxed) {
             all.push(Box::new(heap.clone()));
         }
         for m in all {
             registry.register(m).expect("register");
         }
-        Self { registry, requests, duration, storage_objects, cache_bytes, watch_events, watchers, terminated_watchers, resident, heap }
+        Self { registry, requests, duration, storage_objects, cache_bytes, watch_events, watchers, terminated_watchers, panics, resident, heap }
     }
 
     /// The registry, for other parts of the process to add their metrics to.
@@ -140,8 +144,13 @@ impl RequestLabels {
     /// The labels of `method` on `target` (a request naming no resource is labelled by its
     /// method alone).
     pub fn of(method: &Method, target: Option<&Target>, watch: bool) -> Self {
-        let Some(t) = target else { return RequestLabels { verb: method.as_str().to_owned(), ..Default::default() } };
-        let verb = match (method.as_str(), t.name.is_some(), watch) {
+        // Any token is an HTTP method; only the ones an API server answers become label values.
+        let method = match method.as_str() {
+            m @ ("GET" | "HEAD" | "POST" | "PUT" | "PATCH" | "DELETE" | "OPTIONS" | "CONNECT") => m,
+            _ => "other",
+        };
+        let Some(t) = target else { return RequestLabels { verb: method.to_owned(), ..Default::default() } };
+        let verb = match (method, t.name.is_some(), watch) {
             ("GET", _, true) => "WATCH",
             ("GET", false, _) => "LIST",
             ("GET", true, _) => "GET",

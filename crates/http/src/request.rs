@@ -1,7 +1,8 @@
 //! The prologue and epilogue every API request goes through, on a shard and on a router alike,
 //! as one axum middleware ([`prologue`]): one query parse, the resource the path names, the
 //! request's metric labels, a tracing span, an in-flight seat (429 with Retry-After past the
-//! bound), the body read within upstream's limit (413), then the route's handler, which takes the
+//! bound), the body read within upstream's limit (413), then the route's handler within the
+//! request timeout (504; watches excepted), which takes the
 //! parsed request as a [`RequestContext`] and answers a [`Reply`] (errors become `Status`
 //! responses); last `apiserver_request_total` and `apiserver_request_duration_seconds`.
 
@@ -19,7 +20,10 @@ use bytes::Bytes;
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::ApiError;
 use std::future::Future;
-use std::time::Instant;
+use futures::FutureExt;
+use shardplane_apimachinery::go_duration;
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 /// What a process serves requests with: its name in spans, its seats and its metrics.
@@ -111,8 +115,26 @@ impl IntoResponse for Failure {
     }
 }
 
-/// The middleware every route of a shard or router sits behind (see the module doc).
+/// Upstream's default `--request-timeout`: the longest a request other than a watch may run.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The middleware every route of a shard or router sits behind (see the module doc). A panic
+/// anywhere below it ends as a 500 Status for this request alone, and is counted.
 pub async fn prologue<A: Api>(State(api): State<A>, req: Request, next: Next) -> Response<Body> {
+    let metrics = api.surface().metrics.clone();
+    let path = req.uri().path().to_owned();
+    match AssertUnwindSafe(serve_request(api, req, next)).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(panic) => {
+            metrics.panics.inc();
+            let what = panic.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+            tracing::error!(%path, panic = %what, "a request's handler panicked");
+            body::error(&ApiError::internal("this request caused the server to panic; look in its logs for details"))
+        }
+    }
+}
+
+async fn serve_request<A: Api>(api: A, req: Request, next: Next) -> Response<Body> {
     let started = Instant::now();
     let (mut parts, raw_body) = req.into_parts();
     let query = Query::parse(parts.uri.query().unwrap_or(""));
@@ -124,16 +146,33 @@ pub async fn prologue<A: Api>(State(api): State<A>, req: Request, next: Next) ->
     let surface = api.surface();
     let span = tracing::info_span!("request", server = %surface.server, verb = %labels.verb, %path, resource = %labels.resource);
     let resp = async {
+        // A watch runs until its own timeout (timeoutSeconds, or the server's minimum request
+        // timeout); everything else within the request timeout, which `timeout` may shorten.
+        let deadline = if watch { None } else {
+            match request_timeout(&query) {
+                Ok(d) => Some(tokio::time::Instant::now() + d),
+                Err(e) => return body::error(&e),
+            }
+        };
+        // The body is read before a seat is taken, so a client that sends it slowly holds no
+        // seat; what it may send is capped (413, from Content-Length before reading any).
+        let body = match read_body(raw_body, &parts.headers, deadline).await {
+            Ok(b) => b,
+            Err(e) => return body::error(&e),
+        };
         let _seat = match surface.limits.admit(&parts.method, watch) {
             Ok(seat) => seat,
             Err(e) => return body::error(&e),
         };
-        let body = match body::read(raw_body).await {
-            Ok(b) => b,
-            Err(e) => return body::error(&e),
-        };
         parts.extensions.insert(Parsed { query, body, target, watch });
-        next.run(Request::from_parts(parts, Body::empty())).await
+        let handled = next.run(Request::from_parts(parts, Body::empty()));
+        match deadline {
+            None => handled.await,
+            Some(at) => match tokio::time::timeout_at(at, handled).await {
+                Ok(resp) => resp,
+                Err(_) => body::error(&timed_out()),
+            },
+        }
     }
     .instrument(span)
     .await;
@@ -141,4 +180,35 @@ pub async fn prologue<A: Api>(State(api): State<A>, req: Request, next: Next) ->
         surface.metrics.observe(&labels, resp.status().as_u16(), (!watch).then(|| started.elapsed()));
     }
     resp
+}
+
+/// Upstream's Status for a request past its deadline.
+fn timed_out() -> ApiError {
+    let mut e = ApiError::timeout("Timeout: request did not complete within requested timeout - context deadline exceeded");
+    e.details = None;
+    e
+}
+
+/// How long a request other than a watch may run: [`REQUEST_TIMEOUT`], or less when the
+/// `timeout` parameter (a Go duration) asks for less; 400 when it is not a duration, as
+/// upstream.
+pub fn request_timeout(query: &Query) -> Result<Duration, ApiError> {
+    let Some(value) = query.get("timeout").filter(|v| !v.is_empty()) else { return Ok(REQUEST_TIMEOUT) };
+    match go_duration::parse(value) {
+        Ok(go_duration::GoDuration::NonNegative(d)) if !d.is_zero() => Ok(d.min(REQUEST_TIMEOUT)),
+        Ok(_) => Ok(REQUEST_TIMEOUT),
+        Err(e) => Err(ApiError::bad_request(format!("invalid timeout specified in the request URL - {e}"))),
+    }
+}
+
+/// Reads the request body within [`body::MAX_BODY`] and by `deadline`.
+async fn read_body(raw: Body, headers: &HeaderMap, deadline: Option<tokio::time::Instant>) -> Result<Bytes, ApiError> {
+    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > body::MAX_BODY as u64) {
+        return Err(ApiError::too_large(body::MAX_BODY));
+    }
+    match deadline {
+        None => body::read(raw).await,
+        Some(at) => tokio::time::timeout_at(at, body::read(raw)).await.unwrap_or_else(|_| Err(timed_out())),
+    }
 }

@@ -9,6 +9,9 @@ use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::ApiError;
 use shardplane_http::protocol::{EPOCH_HEADER, GENERATED_NAME_HEADER, LIST_FRAMING_HEADER};
 
+/// The longest a call to a shard other than a watch may take.
+const SHARD_CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(shardplane_http::request::REQUEST_TIMEOUT.as_secs() + 5);
+
 /// Request headers worth passing to a shard.
 const PASSED: [&str; 3] = ["accept", "content-type", GENERATED_NAME_HEADER];
 
@@ -33,6 +36,12 @@ impl RouterState {
         self.http.request(method, url).header(EPOCH_HEADER, self.epoch())
     }
 
+    /// A request to a shard that is not a watch: bounded by the request timeout and a little
+    /// more, so that the shard's own 504 (it applies the same timeout) is what the client sees.
+    fn bounded(&self, method: Method, url: String) -> reqwest::RequestBuilder {
+        self.request(method, url).timeout(SHARD_CALL_TIMEOUT)
+    }
+
     /// Sends `req` to the shard at `base`: 503 when the shard cannot be reached, and a refusal
     /// for a stale map (421) as the error [`RouterState::routed`] retries on; every other answer as
     /// the shard gave it.
@@ -48,7 +57,7 @@ impl RouterState {
     /// Sends one request to `base` and returns the shard's response as is, except a refusal for
     /// a stale map, which is an error (code 421) for [`RouterState::routed`] to retry.
     pub async fn forward(&self, base: &str, request: &Forwarded<'_>) -> Result<Response<Body>, ApiError> {
-        let mut req = self.request(request.method.clone(), format!("{base}{}", request.path_and_query)).body(request.body.clone());
+        let mut req = self.bounded(request.method.clone(), format!("{base}{}", request.path_and_query)).body(request.body.clone());
         for h in PASSED {
             if let Some(v) = request.headers.get(h) {
                 req = req.header(h, v);
@@ -75,7 +84,7 @@ impl RouterState {
     /// GET returning the status, content type and raw body; a refusal for a stale map is an
     /// error (code 421).
     pub async fn get_bytes(&self, base: &str, path_and_query: &str, accept: Option<&HeaderValue>) -> Result<(StatusCode, Option<HeaderValue>, Bytes), ApiError> {
-        let mut req = self.request(Method::GET, format!("{base}{path_and_query}"));
+        let mut req = self.bounded(Method::GET, format!("{base}{path_and_query}"));
         if let Some(a) = accept {
             req = req.header(header::ACCEPT, a);
         }
@@ -90,7 +99,7 @@ impl RouterState {
     /// [`RouterState::routed`] to retry, as in [`RouterState::get_bytes`]. `split`: the caller splits a
     /// list into its entries, so the shard is asked to write them one per line.
     pub async fn get_streaming(&self, base: &str, path_and_query: &str, accept: Option<&HeaderValue>, split: bool) -> Result<reqwest::Response, ApiError> {
-        let mut req = self.request(Method::GET, format!("{base}{path_and_query}"));
+        let mut req = self.bounded(Method::GET, format!("{base}{path_and_query}"));
         if split {
             req = req.header(LIST_FRAMING_HEADER, "lines");
         }

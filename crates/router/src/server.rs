@@ -80,7 +80,7 @@ pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, shutdown
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
     crate::membership::start(app.shards.clone(), format!("router-{}", listener.local_addr()?), app.surface.metrics.registry(), shutdown.clone());
-    axum::serve(listener, routes(app)).with_graceful_shutdown(shutdown.cancelled_owned()).await
+    shardplane_http::serve::serve(listener, routes(app), Default::default(), shutdown).await
 }
 
 /// The router's routes: its own health and metrics; every other path is a resource to route,

@@ -65,7 +65,9 @@ impl RouterState {
     /// map those answers make (a new epoch only if ownership changed) and routes by it.
     pub async fn connect(stores: Stores, urls: Vec<String>, bookmark_interval: Duration) -> std::io::Result<Arc<Self>> {
         let storage = stores.main();
-        let http = reqwest::Client::builder().no_proxy().build().map_err(std::io::Error::other)?;
+        // A shard that does not accept within seconds is down; keepalive notices a connection
+        // whose shard vanished without closing it (watch streams stay open for minutes).
+        let http = reqwest::Client::builder().no_proxy().connect_timeout(std::time::Duration::from_secs(5)).tcp_keepalive(std::time::Duration::from_secs(15)).build().map_err(std::io::Error::other)?;
         let mut described = Vec::new();
         let mut history = HistoryBound { events: usize::MAX, window: Duration::MAX };
         for url in &urls {
