@@ -46,6 +46,7 @@ def suites():
     k8s = site_dir("kubernetes")
     return {
         "upstream": ("Upstream [Conformance] checks that need only an API server, reproduced with the PyPI kubernetes client", [str(HERE / "upstream")]),
+        "hostile": ("Hostile input: malformed, oversized and encoded-to-trick requests get upstream's Status; the server keeps serving and canary objects stay intact", [str(HERE / "hostile")]),
         "shardplane": ("shardplane checks: KEP-5866 shardSelector and the invariants I2-I5 from outside", [str(HERE / "shardplane")]),
         "kubectl": ("kubectl 1.27-1.33 scenario matrix, a fresh HOME per run", [str(HERE / "kubectl")]),
         "client-go": ("client-go 0.32 (Debian): protobuf writes while SharedInformers (list-watch and WatchList) follow; each must see every acknowledged write and end equal to a LIST", [str(HERE / "clientgo")]),

@@ -20,7 +20,7 @@ pub(crate) async fn apply(c: Call<'_>, mut source: Source) -> Reply {
     let name = c.name();
     let info = &t.info;
     let sub = subresource(t)?;
-    let manager = form_value(query, "fieldManager").filter(|m| !m.is_empty()).ok_or_else(|| ApiError::bad_request("fieldManager is required for apply requests"))?;
+    let manager = form_value(query, "fieldManager").filter(|m| !m.is_empty()).ok_or_else(|| ApiError::invalid("meta.k8s.io", "PatchOptions", "", vec![shardplane_apimachinery::status::cause("FieldValueRequired", "fieldManager", "Required value: is required for apply patch")]))?;
     let force = match form_value(query, "force").as_deref() {
         None | Some("") | Some("false") => false,
         Some("true") => true,

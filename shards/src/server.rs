@@ -256,6 +256,13 @@ async fn progress(State(app): State<App>, ctx: RequestContext) -> Reply {
 async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
     let shard = &app.shard;
     let Some(t) = ctx.target.clone() else { return Err(ApiError::path_not_found().into()) };
+    // A subresource the resource does not serve is a path that does not exist, whatever the verb.
+    match t.subresource.as_deref() {
+        None | Some("scale") => {}
+        Some("status") if t.info.has_status => {}
+        Some("finalize") if t.info.group.is_empty() && t.info.plural == "namespaces" => {}
+        Some(_) => return Err(ApiError::path_not_found().into()),
+    }
     if let Some(sent) = ctx.headers.get(protocol::EPOCH_HEADER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok()) {
         shard.check_epoch(sent).await?;
     }

@@ -19,6 +19,9 @@ pub fn is_crd(info: &ResourceInfo) -> bool {
     info.group == crate::crd::GROUP && info.plural == crate::crd::PLURAL
 }
 
+/// The most bytes a ConfigMap's or Secret's data may hold together (upstream's MaxSecretSize).
+pub const MAX_DATA_BYTES: usize = 1024 * 1024;
+
 /// The data maps of a ConfigMap or Secret, if `info` is one of them.
 fn data_fields(info: &ResourceInfo) -> Option<&'static [&'static str]> {
     match (info.group.as_str(), info.plural.as_str()) {
@@ -46,6 +49,18 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
                 causes.push(cause("FieldValueInvalid", &format!("{field}[{k}]"), format!("Invalid value: {k:?}: {why}")));
             }
         }
+    }
+    // Upstream's limit on what a ConfigMap or Secret holds (binary values counted decoded).
+    let held: usize = fields
+        .iter()
+        .flat_map(|f| obj.get(*f).and_then(Value::as_object).into_iter().flat_map(|m| m.values()).map(move |v| (f, v)))
+        .map(|(f, v)| {
+            let len = v.as_str().map_or(0, str::len);
+            if *f == "binaryData" || (info.plural == "secrets" && *f == "data") { len / 4 * 3 } else { len }
+        })
+        .sum();
+    if held > MAX_DATA_BYTES {
+        causes.push(cause("FieldValueTooLong", "", format!("Too long: may not be more than {MAX_DATA_BYTES} bytes")));
     }
     if info.plural == "configmaps" {
         let data = obj.get("data").and_then(Value::as_object);

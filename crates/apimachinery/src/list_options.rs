@@ -60,13 +60,11 @@ pub struct ListOptions {
     pub eager_progress: bool,
 }
 
-/// Go's `strconv.ParseBool`.
-pub fn parse_bool(name: &str, v: &str) -> Result<bool, ApiError> {
-    match v {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" | "" => Ok(false),
-        _ => Err(ApiError::bad_request(format!("invalid boolean value for {name}: strconv.ParseBool: parsing {v:?}: invalid syntax"))),
-    }
+/// A boolean query parameter as kube-apiserver's parameter codec reads it: `0` and `false` (in
+/// any case) are false, anything else present, the empty string included, is true. Never an
+/// error: `watch=yes` is a watch upstream.
+pub fn query_flag(v: &str) -> bool {
+    !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
 /// Parses a decimal resourceVersion (400 on anything else).
@@ -121,9 +119,9 @@ impl ListOptions {
                         }
                     }
                 }
-                "watch" => o.watch = parse_bool("watch", &v)?,
-                "allowWatchBookmarks" => o.allow_bookmarks = parse_bool("allowWatchBookmarks", &v)?,
-                "sendInitialEvents" => o.send_initial_events = Some(parse_bool("sendInitialEvents", &v)?),
+                "watch" => o.watch = query_flag(&v),
+                "allowWatchBookmarks" => o.allow_bookmarks = query_flag(&v),
+                "sendInitialEvents" => o.send_initial_events = Some(query_flag(&v)),
                 "progressBookmarks" => o.eager_progress = v == "always",
                 "timeoutSeconds" => {
                     let n: i64 = v.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: strconv.ParseInt: parsing {v:?}: invalid syntax")))?;
@@ -267,7 +265,8 @@ mod tests {
         );
         assert_eq!(parse("watch=true&sendInitialEvents=true").unwrap_err().code, 422);
         assert_eq!(parse("watch=true&resourceVersionMatch=NotOlderThan&resourceVersion=1").unwrap_err().code, 422);
-        assert_eq!(parse("watch=maybe").unwrap_err().code, 400);
+        // Upstream's parameter codec: anything but `0` and `false` is true.
+        assert!(parse("watch=maybe").unwrap().watch && parse("watch=").unwrap().watch && !parse("watch=False").unwrap().watch);
         // kube-rs sends a leading '&'.
         assert!(parse("&watch=true&resourceVersion=3").unwrap().watch);
     }

@@ -359,8 +359,11 @@ fn split_term(term: &str) -> Option<(&str, bool, &str)> {
             i += 2;
             continue;
         }
+        // Compared as bytes: `i` may sit inside a multi-byte character (an escape skips two
+        // bytes), and the operators are ASCII, which never occurs inside one, so the slices
+        // below are at character boundaries.
         for (op, eq) in [("!=", false), ("==", true), ("=", true)] {
-            if term[i..].starts_with(op) {
+            if b[i..].starts_with(op.as_bytes()) {
                 return Some((&term[..i], eq, &term[i + op.len()..]));
             }
         }
@@ -466,6 +469,16 @@ mod tests {
     }
 
     proptest! {
+        /// Any text, multi-byte characters and escapes anywhere, gets an answer from both
+        /// parsers: a selector or an error, never a panic.
+        #[test]
+        fn any_text_gets_an_answer(s in "[a-z.=!,()\\\\ é€𝄞]{0,24}") {
+            let all = builtin_resources();
+            let pods = find(&all, "", "v1", "pods").unwrap();
+            let _ = FieldSelector::parse(&s, pods);
+            let _ = LabelSelector::parse(&s);
+        }
+
         /// `k in (vs)` is the disjunction of `k=v`, and `k notin (vs)` its negation.
         #[test]
         fn in_is_a_disjunction(vals in proptest::collection::vec("[a-z]{1,3}", 1..4), actual in proptest::option::of("[a-z]{1,3}")) {

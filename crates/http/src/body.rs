@@ -62,6 +62,11 @@ pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError
     if media == shardplane_apimachinery::protobuf::CONTENT_TYPE {
         return shardplane_apimachinery::protobuf::decode(body);
     }
+    if media == "application/yaml" {
+        // Within the YAML reader's alias bounds, duplicate keys last-wins as upstream's YAML
+        // decoding does for a create or update.
+        return shardplane_apimachinery::apply::parse_config(body, false).map(|(v, _)| v);
+    }
     if !matches!(media, "application/json" | "" | "*/*") {
         return Err(ApiError::unsupported_media_type(ct));
     }

@@ -27,9 +27,10 @@ impl Query {
         self.pairs.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
-    /// Whether the request asks for a watch (`watch` set to one of Go's `strconv.ParseBool` trues).
+    /// Whether the request asks for a watch (`watch` present and not `0` or `false`, as
+    /// upstream's parameter codec reads a boolean).
     pub fn is_watch(&self) -> bool {
-        self.get("watch").is_some_and(|v| matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
+        self.get("watch").is_some_and(shardplane_apimachinery::list_options::query_flag)
     }
 
     /// The query without the parameters named (compared decoded), encoded again: what a router
@@ -62,7 +63,8 @@ mod tests {
         assert_eq!(q.get("labelSelector"), Some("a=b"));
         // The router's own parameters go whichever way the client spelled them.
         assert_eq!(q.without(&["limit", "watch"]), "labelSelector=a%3Db");
-        assert!(!Query::parse("watch=yes").is_watch());
+        assert!(Query::parse("watch=yes").is_watch() && Query::parse("watch=").is_watch());
+        assert!(!Query::parse("watch=FALSE").is_watch() && !Query::parse("watch=0").is_watch() && !Query::parse("").is_watch());
         assert_eq!(form_value("a=1&a=2", "a").as_deref(), Some("1"));
     }
 

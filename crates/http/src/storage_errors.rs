@@ -10,6 +10,9 @@ use shardplane_storage::StorageError;
 /// else is a 500 (a state the caller should have handled).
 pub fn status_of(e: StorageError) -> ApiError {
     match e {
+        // etcd refuses a value past its request limit (1.5 MiB by default): the object is too
+        // large, which retrying does not change.
+        StorageError::Etcd(m) if m.contains("request is too large") => ApiError::too_large_message("etcdserver: request is too large"),
         StorageError::Etcd(m) => ApiError::unavailable(format!("storage is unavailable: {m}")),
         StorageError::Compacted { requested, compacted } => ApiError::expired(format!("too old resource version: {requested} ({compacted})"), None),
         other => ApiError::internal(other.to_string()),
@@ -26,5 +29,6 @@ mod tests {
         let e = status_of(StorageError::Compacted { requested: 5, compacted: 9 });
         assert_eq!((e.code, e.reason, e.message.as_str()), (410, "Expired", "too old resource version: 5 (9)"));
         assert_eq!(status_of(StorageError::NotFound).code, 500);
+        assert_eq!(status_of(StorageError::Etcd("grpc: etcdserver: request is too large".into())).code, 413);
     }
 }

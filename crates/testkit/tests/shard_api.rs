@@ -152,7 +152,9 @@ async fn bad_input_gets_upstream_status() {
         ("GET", format!("{CM}?resourceVersion=999999999&resourceVersionMatch=NotOlderThan"), "", vec![], 504, "Timeout"),
         ("GET", "/api/v1/nothings".to_string(), "", vec![], 404, "NotFound"),
         ("POST", format!("{CM}/x"), "application/json", b"{}".to_vec(), 405, "MethodNotAllowed"),
-        ("GET", "/api/v1/namespaces/demo/configmaps/x/bogus".to_string(), "", vec![], 405, "MethodNotAllowed"),
+        // An unknown subresource is a path upstream has no route for: 404, whatever the verb.
+        ("GET", "/api/v1/namespaces/demo/configmaps/x/bogus".to_string(), "", vec![], 404, "NotFound"),
+        ("PUT", "/api/v1/namespaces/demo/configmaps/x/status".to_string(), "application/json", b"{}".to_vec(), 404, "NotFound"),
         ("GET", "/api/v1/namespaces/demo/configmaps/x".to_string(), "", vec![], 404, "NotFound"),
     ];
     for (method, path, ct, body, code, reason) in cases {
