@@ -17,7 +17,7 @@ use shardplane_http::limits::InflightLimits;
 use shardplane_http::negotiation::View;
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_http::request::prologue;
-use shardplane_http::{body, discovery, protocol, Api, Reply, RequestContext, Surface};
+use shardplane_http::{body, discovery, protocol, readiness, Api, Reply, RequestContext, Surface};
 use shardplane_keyspace::RangeSet;
 use shardplane_storage::{Storage, StorageContract, Stores};
 use shardplane_watchcache::CacheConfig;
@@ -148,8 +148,10 @@ async fn health() -> Response<Body> {
     body::text(StatusCode::OK, "ok")
 }
 
+/// Ready when every store answers and every cache has loaded.
 async fn readyz(State(app): State<App>) -> Response<Body> {
-    if app.shard.ready() { body::text(StatusCode::OK, "ok") } else { body::text(StatusCode::INTERNAL_SERVER_ERROR, "[-]watch-caches not synced\nreadyz check failed") }
+    let caches = ("watch-caches-synced".to_owned(), (!app.shard.ready()).then(|| "not synced".to_owned()));
+    readiness::answer(&[readiness::stores(app.shard.stores.all()).await, caches])
 }
 
 async fn metrics(State(app): State<App>) -> Response<Body> {

@@ -86,6 +86,35 @@ pub struct Follower {
     storage: Storage,
     /// Asks the follow loop for a progress mark (a reader waits for a revision).
     want_progress: Arc<Notify>,
+    /// etcd's revision, read for many callers at once.
+    revisions: Arc<SharedRevisionReads>,
+}
+
+/// Reads of etcd's current revision shared by the callers that arrive together: a caller takes
+/// the result of a read that started after it arrived (so a write it saw acknowledged is
+/// included), and at most one read is in flight. A burst of requests for resources nobody
+/// serves (each asks whether a CRD has just been created) costs etcd one or two reads per
+/// round trip, not one per request.
+struct SharedRevisionReads {
+    /// One read at a time; holds the ticket and result of the last completed read.
+    last: tokio::sync::Mutex<(u64, Option<u64>)>,
+    /// Tickets handed to reads as they start.
+    started: std::sync::atomic::AtomicU64,
+}
+
+impl SharedRevisionReads {
+    async fn current(&self, storage: &Storage) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        let arrived = self.started.load(Ordering::SeqCst);
+        let mut last = self.last.lock().await;
+        if last.0 > arrived {
+            return last.1;
+        }
+        let ticket = self.started.fetch_add(1, Ordering::SeqCst) + 1;
+        let revision = storage.current_revision().await.ok();
+        *last = (ticket, revision);
+        revision
+    }
 }
 
 /// The etcd key range holding every CRD.
@@ -102,7 +131,8 @@ impl Follower {
         let (tx, rx) = watch::channel(Arc::new(Catalog::builtin()));
         let want_progress = Arc::new(Notify::new());
         tokio::spawn(follow(storage.clone(), tx, want_progress.clone(), shutdown));
-        Self { rx, storage, want_progress }
+        let revisions = Arc::new(SharedRevisionReads { last: tokio::sync::Mutex::new((0, None)), started: Default::default() });
+        Self { rx, storage, want_progress, revisions }
     }
 
     /// The catalog now.
@@ -118,7 +148,7 @@ impl Follower {
     /// The catalog once it reflects every CRD change committed before this call, or the latest
     /// one after `within` (storage unreachable, or the follow loop relisting).
     pub async fn caught_up(&self, within: Duration) -> Arc<Catalog> {
-        let Ok(target) = self.storage.current_revision().await else { return self.now() };
+        let Some(target) = self.revisions.current(&self.storage).await else { return self.now() };
         let mut rx = self.rx.clone();
         let deadline = tokio::time::Instant::now() + within;
         loop {

@@ -7,7 +7,7 @@
 //! [`negotiation`], [`printing`]), watch-event framing ([`watch_frame`]), the discovery documents
 //! ([`discovery`]), the one mapping of storage errors to a `Status` ([`storage_errors`]), and
 //! the router↔shard protocol ([`protocol`]), and serving connections with their time bounds
-//! ([`serve`]).
+//! ([`serve`]), and the shared `/readyz` checks ([`readiness`]).
 //!
 //! It must never hold objects, talk to storage or know where a key lives: it turns HTTP into
 //! parsed requests and answers into HTTP, so that the shard and the router can never read a
@@ -21,6 +21,7 @@ pub mod negotiation;
 pub mod printing;
 pub mod protocol;
 pub mod query;
+pub mod readiness;
 pub mod request;
 pub mod serve;
 pub mod storage_errors;

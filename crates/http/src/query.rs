@@ -33,6 +33,19 @@ impl Query {
         self.get("watch").is_some_and(shardplane_apimachinery::list_options::query_flag)
     }
 
+    /// Only the parameters named, in that order, each with its first non-empty value, encoded
+    /// again: a canonical query, in which parameters without meaning for the next hop (and
+    /// their spelling, order and repetitions) cannot make two equal requests differ.
+    pub fn only(&self, names: &[&str]) -> String {
+        let mut out = form_urlencoded::Serializer::new(String::new());
+        for name in names {
+            if let Some(v) = self.get(name).filter(|v| !v.is_empty()) {
+                out.append_pair(name, v);
+            }
+        }
+        out.finish()
+    }
+
     /// The query without the parameters named (compared decoded), encoded again: what a router
     /// forwards after taking over those parameters itself.
     pub fn without(&self, names: &[&str]) -> String {
@@ -66,6 +79,11 @@ mod tests {
         assert!(Query::parse("watch=yes").is_watch() && Query::parse("watch=").is_watch());
         assert!(!Query::parse("watch=FALSE").is_watch() && !Query::parse("watch=0").is_watch() && !Query::parse("").is_watch());
         assert_eq!(form_value("a=1&a=2", "a").as_deref(), Some("1"));
+        // Canonical: order, spelling, repeats and other parameters do not matter.
+        let a = Query::parse("pretty=1&fieldSelector=x%3Dy&%6CabelSelector=a&labelSelector=b&junk=9");
+        let b = Query::parse("labelSelector=a&fieldSelector=x=y");
+        assert_eq!(a.only(&["labelSelector", "fieldSelector"]), b.only(&["labelSelector", "fieldSelector"]));
+        assert_eq!(b.only(&["labelSelector", "fieldSelector"]), "labelSelector=a&fieldSelector=x%3Dy");
     }
 
     proptest! {

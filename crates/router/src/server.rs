@@ -18,7 +18,7 @@ use shardplane_http::limits::InflightLimits;
 use shardplane_http::metrics::Metrics;
 use shardplane_http::protocol::GENERATED_NAME_HEADER;
 use shardplane_http::request::prologue;
-use shardplane_http::{body, Api, Reply, RequestContext, Surface};
+use shardplane_http::{body, readiness, Api, Reply, RequestContext, Surface};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -99,14 +99,14 @@ async fn health() -> Response<Body> {
 }
 
 /// Ready once every shard is.
+/// Ready when its store answers and every shard is ready.
 async fn readyz(State(app): State<App>) -> Response<Body> {
+    let mut checks = vec![readiness::stores(app.shards.stores.all()).await];
     for u in app.shards.urls() {
-        let ok = app.shards.http.get(format!("{u}/readyz")).send().await.is_ok_and(|r| r.status().is_success());
-        if !ok {
-            return body::text(StatusCode::INTERNAL_SERVER_ERROR, format!("[-]shard {u} not ready\nreadyz check failed"));
-        }
+        let ready = app.shards.http.get(format!("{u}/readyz")).timeout(readiness::STORE_CHECK * 2).send().await.is_ok_and(|r| r.status().is_success());
+        checks.push((format!("shard {u}"), (!ready).then(|| "not ready".to_owned())));
     }
-    body::text(StatusCode::OK, "ok")
+    readiness::answer(&checks)
 }
 
 async fn metrics(State(app): State<App>) -> Response<Body> {

@@ -19,7 +19,7 @@ use std::time::Duration;
 pub struct RouterState {
     map: std::sync::RwLock<RangeMap<ShardAddr>>,
     /// The main store (the range map, membership) and each resource's (the storage contract).
-    stores: Stores,
+    pub(crate) stores: Stores,
     pub http: reqwest::Client,
     /// The served resources: the built-ins and every established CRD's (followed from etcd).
     pub catalog: shardplane_catalog::Follower,

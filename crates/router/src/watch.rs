@@ -8,7 +8,7 @@
 
 use crate::state::RouterState;
 use crate::hub::Subscription;
-use crate::list::{merged_page, passed_query, revision_and_start, target_path};
+use crate::list::{merged_page, revision_and_start, target_path};
 use crate::upstream::{self, Merged, UpstreamSpec};
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
@@ -30,7 +30,10 @@ use tokio_stream::wrappers::ReceiverStream;
 
 /// Client parameters that say where and how long a watch runs, not what it shows: hubs are
 /// shared across them.
-const PER_CLIENT: [&str; 3] = ["sendInitialEvents", "progressBookmarks", "timeoutSeconds"];
+/// The parameters of a client's watch that the shards' streams for it are asked: the filters.
+/// Everything else is the router's (resourceVersion, bookmarks) or per client (timeoutSeconds,
+/// sendInitialEvents), and the representation goes by the Accept header.
+const STREAM_FILTERS: [&str; 3] = ["labelSelector", "fieldSelector", "shardSelector"];
 
 /// Just an object's resourceVersion.
 #[derive(serde::Deserialize)]
@@ -67,7 +70,9 @@ pub async fn watch(shards: Arc<RouterState>, t: Target, o: ListOptions, query: &
     let view = View { lines: false, ..View::of_request(headers, query)? };
     let spec = UpstreamSpec {
         path: target_path(&t),
-        query: passed_query(query, &PER_CLIENT),
+        // Only the filters that decide what the stream carries: a parameter that means nothing
+        // to it cannot put a client on a stream (K shard streams) of its own.
+        query: query.only(&STREAM_FILTERS),
         accept: headers.get(header::ACCEPT).cloned(),
         progress_path: format!("{}?group={}&resource={}", protocol::PROGRESS_PATH, t.info.group, t.info.plural),
         resource: (t.info.group.clone(), t.info.plural.clone()),

@@ -1,8 +1,9 @@
 //! The list–watch–relist loop every follower of a key range shares (the catalog's CRDs, a shard's
 //! Terminating namespaces, the range map, each watch cache's reflector): list the range at one
-//! revision, watch every change after it, and on any failure (etcd out of reach, the watch ended
-//! or compacted away, a value the follower could not take) list again after a pause. The follower
-//! sees the whole state each time it is listed, so nothing is lost across a relist.
+//! revision, watch every change after it; when etcd goes out of reach or the stream breaks, watch
+//! again from the last revision taken, after a pause; when the revision was compacted away or the
+//! follower could not take a value, list again. The follower sees the whole state each time it
+//! is listed and every change after it otherwise, so nothing is lost either way.
 //!
 //! A follower whose keys change while it runs (a reflector taking over or letting go of a hash
 //! range, RFC 0006) answers [`Follower::on_signal`] with the revision it has taken everything up
@@ -101,58 +102,119 @@ impl<A: FnMut(Followed) -> Result<(), String> + Send> Follower for Fixed<'_, A> 
     }
 }
 
-/// Follows `follower`'s keys on `storage` until `options.stop`.
+/// Why one pass of the loop ended.
+enum Interrupted {
+    /// Stopped.
+    Stop,
+    /// etcd went out of reach or the stream broke: watch again from where the follower is.
+    Resume(String),
+    /// The follower refused a value, or etcd no longer has the history to resume from: list.
+    Relist(String),
+}
+
+impl From<crate::StorageError> for Interrupted {
+    fn from(e: crate::StorageError) -> Self {
+        match e {
+            crate::StorageError::Compacted { .. } => Interrupted::Relist(e.to_string()),
+            other => Interrupted::Resume(other.to_string()),
+        }
+    }
+}
+
+/// Follows `follower`'s keys on `storage` until `options.stop`. A broken stream or an
+/// unreachable etcd resumes the watch from the last revision the follower took (so its state,
+/// and a watch cache's history, survive an outage); only a refused value or a compacted
+/// revision makes it list again.
 pub async fn follow_with<F: Follower>(storage: &Storage, mut follower: F, options: FollowOptions) {
     let FollowOptions { what, retry, max_retry, progress, stop } = options;
     let wanted = progress.unwrap_or_default();
     let mut pause = retry;
+    // Everything up to this revision is taken (None: list first).
+    let mut taken: Option<u64> = None;
     while !stop.is_cancelled() {
-        let failure: String = async {
-            let (start, end) = follower.keys();
-            let (kvs, revision) = storage.list_range(&start, &end, 0).await.map_err(|e| e.to_string())?;
-            follower.take(Followed::Listed { kvs, revision }).await?;
-            let mut from = revision;
-            // One pass per set of keys: a signal that changes them opens the watch again.
-            'keys: loop {
-                let (start, end) = follower.keys();
-                let mut w = storage.watch_range(&start, &end, from).await.map_err(|e| e.to_string())?;
-                pause = retry;
-                loop {
-                    let item = tokio::select! {
-                        item = w.next() => item.map_err(|e| e.to_string())?,
-                        _ = wanted.notified() => {
-                            w.request_progress().await.map_err(|e| e.to_string())?;
-                            continue;
-                        }
-                        signal = follower.next_signal() => {
-                            if let Some(at) = follower.on_signal(signal).await? {
-                                // Everything up to `at` is taken; this stream's later changes
-                                // come again on the new one.
-                                from = at;
-                                continue 'keys;
-                            }
-                            continue;
-                        }
-                        _ = stop.cancelled() => return Ok::<String, String>(String::new()),
-                    };
-                    match item {
-                        Some(WatchItem::Events(events)) => follower.take(Followed::Changed(events)).await?,
-                        Some(WatchItem::Progress(rev)) => follower.take(Followed::Progress(rev)).await?,
-                        None => return Err("the watch ended".to_owned()),
-                    }
-                }
+        let why = pass(storage, &mut follower, &mut taken, &wanted, &stop, &mut pause, retry).await;
+        let failure = match why {
+            Interrupted::Stop => return,
+            Interrupted::Resume(m) => m,
+            Interrupted::Relist(m) => {
+                taken = None;
+                m
             }
-        }
-        .await
-        .unwrap_or_else(|e| e);
+        };
         if stop.is_cancelled() {
             return;
         }
-        tracing::warn!(follower = %what, error = %failure, "following etcd failed; listing again");
+        let next = if taken.is_some() { "watching again" } else { "listing again" };
+        tracing::warn!(follower = %what, error = %failure, "following etcd failed; {next}");
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
             _ = stop.cancelled() => return,
         }
         pause = (pause * 2).min(max_retry);
+    }
+}
+
+/// Lists (unless `taken` says where to resume), then watches until interrupted, keeping `taken`
+/// at the last revision the follower took.
+async fn pass<F: Follower>(storage: &Storage, follower: &mut F, taken: &mut Option<u64>, wanted: &Notify, stop: &CancellationToken, pause: &mut Duration, retry: Duration) -> Interrupted {
+    if taken.is_none() {
+        let (start, end) = follower.keys();
+        let (kvs, revision) = match storage.list_range(&start, &end, 0).await {
+            Ok(listed) => listed,
+            Err(e) => return Interrupted::Relist(e.to_string()),
+        };
+        if let Err(e) = follower.take(Followed::Listed { kvs, revision }).await {
+            return Interrupted::Relist(e);
+        }
+        *taken = Some(revision);
+    }
+    // One pass per set of keys: a signal that changes them opens the watch again.
+    loop {
+        let from = taken.expect("set above");
+        let (start, end) = follower.keys();
+        let mut w = match storage.watch_range(&start, &end, from).await {
+            Ok(w) => w,
+            Err(e) => return e.into(),
+        };
+        *pause = retry;
+        loop {
+            let item = tokio::select! {
+                item = w.next() => match item {
+                    Ok(item) => item,
+                    Err(e) => return e.into(),
+                },
+                _ = wanted.notified() => {
+                    if let Err(e) = w.request_progress().await {
+                        return e.into();
+                    }
+                    continue;
+                }
+                signal = follower.next_signal() => match follower.on_signal(signal).await {
+                    // Everything up to `at` is taken; this stream's later changes come again
+                    // on the new one.
+                    Ok(Some(at)) => {
+                        *taken = Some(at);
+                        break;
+                    }
+                    Ok(None) => continue,
+                    Err(e) => return Interrupted::Relist(e),
+                },
+                _ = stop.cancelled() => return Interrupted::Stop,
+            };
+            let (followed, upto) = match item {
+                Some(WatchItem::Events(events)) => {
+                    let last = events.last().map(|e| e.revision);
+                    (Followed::Changed(events), last)
+                }
+                Some(WatchItem::Progress(rev)) => (Followed::Progress(rev), Some(rev)),
+                None => return Interrupted::Resume("the watch ended".to_owned()),
+            };
+            if let Err(e) = follower.take(followed).await {
+                return Interrupted::Relist(e);
+            }
+            if let Some(rev) = upto {
+                *taken = Some(taken.map_or(rev, |t| t.max(rev)));
+            }
+        }
     }
 }

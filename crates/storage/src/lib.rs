@@ -102,9 +102,18 @@ impl Storage {
     pub async fn connect(endpoints: &[String]) -> Result<Self> {
         const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
         const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+        const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+        const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
         let sockets: Vec<&str> = endpoints.iter().filter_map(|e| unix_socket_path(e)).collect();
         if sockets.is_empty() {
-            let opts = etcd_client::ConnectOptions::new().with_connect_timeout(CONNECT_TIMEOUT).with_timeout(TIMEOUT);
+            // HTTP/2 keepalive: a connection to a member that vanished without closing it (a
+            // black-holed host, a frozen process) is noticed within interval + timeout, and the
+            // watch streams on it fail over instead of waiting forever.
+            let opts = etcd_client::ConnectOptions::new()
+                .with_connect_timeout(CONNECT_TIMEOUT)
+                .with_timeout(TIMEOUT)
+                .with_keep_alive(KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
+                .with_keep_alive_while_idle(true);
             return Ok(Self { client: Client::connect(endpoints, Some(opts)).await? });
         }
         let [path] = sockets[..] else {
