@@ -1,10 +1,11 @@
 //! The prologue and epilogue every API request goes through, on a shard and on a router alike,
 //! as one axum middleware ([`prologue`]): one query parse, the resource the path names, the
-//! request's metric labels, a tracing span, an in-flight seat (429 with Retry-After past the
-//! bound), the body read within upstream's limit (413), then the route's handler within the
-//! request timeout (504; watches excepted), which takes the
-//! parsed request as a [`RequestContext`] and answers a [`Reply`] (errors become `Status`
-//! responses); last `apiserver_request_total` and `apiserver_request_duration_seconds`.
+//! request's metric labels, a tracing span, the body read within upstream's limit (413) and the
+//! request's deadline, an in-flight seat (429 with Retry-After past the bound), then the route's
+//! handler within the request timeout (504; watches excepted), which takes the parsed request
+//! as a [`RequestContext`] and answers a [`Reply`] (errors become `Status` responses); last
+//! `apiserver_request_total` and `apiserver_request_duration_seconds`. A panic below it is a
+//! 500 Status for that request alone (RFC 0010).
 
 use crate::body;
 use crate::limits::InflightLimits;
@@ -17,11 +18,11 @@ use axum::http::{HeaderMap, Method, Response};
 use axum::middleware::Next;
 use axum::response::IntoResponse;
 use bytes::Bytes;
+use futures::FutureExt;
+use shardplane_apimachinery::go_duration;
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::ApiError;
 use std::future::Future;
-use futures::FutureExt;
-use shardplane_apimachinery::go_duration;
 use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 use tracing::Instrument;
@@ -156,7 +157,9 @@ async fn serve_request<A: Api>(api: A, req: Request, next: Next) -> Response<Bod
         };
         // The body is read before a seat is taken, so a client that sends it slowly holds no
         // seat; what it may send is capped (413, from Content-Length before reading any).
-        let body = match read_body(raw_body, &parts.headers, deadline).await {
+        // A watch's body (it should have none) is read within the request timeout too.
+        let body_deadline = deadline.unwrap_or_else(|| tokio::time::Instant::now() + REQUEST_TIMEOUT);
+        let body = match read_body(raw_body, &parts.headers, body_deadline).await {
             Ok(b) => b,
             Err(e) => return body::error(&e),
         };
@@ -202,13 +205,10 @@ pub fn request_timeout(query: &Query) -> Result<Duration, ApiError> {
 }
 
 /// Reads the request body within [`body::MAX_BODY`] and by `deadline`.
-async fn read_body(raw: Body, headers: &HeaderMap, deadline: Option<tokio::time::Instant>) -> Result<Bytes, ApiError> {
+async fn read_body(raw: Body, headers: &HeaderMap, deadline: tokio::time::Instant) -> Result<Bytes, ApiError> {
     let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > body::MAX_BODY as u64) {
         return Err(ApiError::too_large(body::MAX_BODY));
     }
-    match deadline {
-        None => body::read(raw).await,
-        Some(at) => tokio::time::timeout_at(at, body::read(raw)).await.unwrap_or_else(|_| Err(timed_out())),
-    }
+    tokio::time::timeout_at(deadline, body::read(raw)).await.unwrap_or_else(|_| Err(timed_out()))
 }
