@@ -151,7 +151,8 @@ async fn health() -> Response<Body> {
 /// Ready when every store answers and every cache has loaded.
 async fn readyz(State(app): State<App>) -> Response<Body> {
     let caches = ("watch-caches-synced".to_owned(), (!app.shard.ready()).then(|| "not synced".to_owned()));
-    readiness::answer(&[readiness::stores(app.shard.stores.all()).await, caches])
+    let stores = app.shard.stores.all();
+    readiness::answer(&[readiness::stores(stores).await, readiness::store_space(stores).await, caches])
 }
 
 async fn metrics(State(app): State<App>) -> Response<Body> {

@@ -86,6 +86,8 @@ pub struct Status {
     pub shards: Vec<ShardStatus>,
     pub moves: Vec<MoveStatus>,
     pub routers: Vec<(String, u64)>,
+    /// Members whose NOSPACE alarm is raised (writes refused until `shardctl recover-space`).
+    pub space_alarms: Vec<u64>,
 }
 
 /// The status of a map and its members: every shard of the map, then live members the map
@@ -114,7 +116,7 @@ pub fn status(map: &StoredRangeMap, members: &Members, leader: Option<String>) -
         }
     }
     let moves = map.moves.iter().map(|m| MoveStatus { range: m.range.to_string(), from: m.from.clone(), to: m.to.clone(), phase: if m.phase == MovePhase::Loading { "loading" } else { "draining" }.into() }).collect();
-    Status { epoch: map.epoch, cutover: map.cutover, leader, balancing: map.balancing, shards, moves, routers: members.routers.iter().map(|r| (r.id.clone(), r.switched_epoch)).collect() }
+    Status { epoch: map.epoch, cutover: map.cutover, leader, balancing: map.balancing, shards, moves, space_alarms: Vec::new(), routers: members.routers.iter().map(|r| (r.id.clone(), r.switched_epoch)).collect() }
 }
 
 fn human_bytes(b: u64) -> String {
@@ -133,8 +135,17 @@ fn columns(rows: &[Vec<String>]) -> String {
 }
 
 /// `status` as a table.
+/// The line `status` shows while etcd's NOSPACE alarm is raised on `members`.
+pub fn render_space_alarms(members: &[u64]) -> String {
+    let members: Vec<String> = members.iter().map(|m| format!("{m:x}")).collect();
+    format!("ALARM NOSPACE on etcd member(s) {}: writes are refused; run `shardctl recover-space`\n\n", members.join(", "))
+}
+
 pub fn render_status(s: &Status) -> String {
     let mut out = format!("EPOCH {}   CUTOVER {}   LEADER {}   BALANCING {}\n\n", s.epoch, s.cutover, s.leader.as_deref().unwrap_or("none"), if s.balancing { "yes" } else { "no" });
+    if !s.space_alarms.is_empty() {
+        out.push_str(&render_space_alarms(&s.space_alarms));
+    }
     let mut rows = vec![["SHARD", "HEALTH", "STATE", "RANGES", "OBJECTS", "CACHE", "URL"].map(str::to_owned).to_vec()];
     for sh in &s.shards {
         rows.push(vec![sh.id.clone(), sh.health.clone(), if sh.cordoned { "draining" } else { "active" }.into(), if sh.ranges.is_empty() { "-".into() } else { sh.ranges.join(",") }, sh.objects.to_string(), human_bytes(sh.cache_bytes), sh.url.clone()]);
@@ -183,7 +194,9 @@ pub async fn edit_map(storage: &Storage, edit: impl Fn(&StoredRangeMap, &Members
 pub async fn read_status(storage: &Storage) -> Result<Status, CtlError> {
     let map = storage.load_range_map().await?.ok_or(CtlError::NoMap)?.map;
     let members = storage.members().await?;
-    Ok(status(&map, &members, storage.leader().await?))
+    let mut s = status(&map, &members, storage.leader().await?);
+    s.space_alarms = storage.space_alarms().await?;
+    Ok(s)
 }
 
 /// The planner's settings shardctl assumes (those of the coordinator by default).

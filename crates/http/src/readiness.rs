@@ -26,6 +26,19 @@ pub async fn stores(all: &[Storage]) -> Check {
     ("etcd".into(), None)
 }
 
+/// Whether any store has its NOSPACE alarm raised (writes refused until it is recovered:
+/// `shardctl recover-space`, RFC 0010).
+pub async fn store_space(all: &[Storage]) -> Check {
+    for s in all {
+        if let Ok(Ok(alarms)) = tokio::time::timeout(STORE_CHECK, s.space_alarms()).await
+            && !alarms.is_empty()
+        {
+            return ("etcd-space".into(), Some("NOSPACE alarm raised: writes are refused until the store is compacted, defragmented and disarmed (shardctl recover-space)".into()));
+        }
+    }
+    ("etcd-space".into(), None)
+}
+
 /// The `/readyz` answer for `checks`.
 pub fn answer(checks: &[Check]) -> Response<Body> {
     let mut text = String::new();

@@ -13,6 +13,9 @@ pub fn status_of(e: StorageError) -> ApiError {
         // etcd refuses a value past its request limit (1.5 MiB by default): the object is too
         // large, which retrying does not change.
         StorageError::Etcd(m) if m.contains("request is too large") => ApiError::too_large_message("etcdserver: request is too large"),
+        // The store is full (its NOSPACE alarm): upstream passes etcd's error on as a 500;
+        // retrying does not help until an operator recovers the space (RFC 0010).
+        StorageError::Etcd(m) if m.contains(shardplane_storage::space::NOSPACE_MESSAGE) => ApiError::internal("etcdserver: mvcc: database space exceeded"),
         StorageError::Etcd(m) => ApiError::unavailable(format!("storage is unavailable: {m}")),
         StorageError::Compacted { requested, compacted } => ApiError::expired(format!("too old resource version: {requested} ({compacted})"), None),
         other => ApiError::internal(other.to_string()),

@@ -101,7 +101,8 @@ async fn health() -> Response<Body> {
 /// Ready once every shard is.
 /// Ready when its store answers and every shard is ready.
 async fn readyz(State(app): State<App>) -> Response<Body> {
-    let mut checks = vec![readiness::stores(app.shards.stores.all()).await];
+    let stores = app.shards.stores.all();
+    let mut checks = vec![readiness::stores(stores).await, readiness::store_space(stores).await];
     for u in app.shards.urls() {
         let ready = app.shards.http.get(format!("{u}/readyz")).timeout(readiness::STORE_CHECK * 2).send().await.is_ok_and(|r| r.status().is_success());
         checks.push((format!("shard {u}"), (!ready).then(|| "not ready".to_owned())));

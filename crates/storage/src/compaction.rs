@@ -1,6 +1,7 @@
 //! Periodic compaction, as kube-apiserver does it: every interval, compact to the revision seen at
 //! the previous tick. A compare-and-swap on one control key makes sure that when several shards
-//! run the loop, only one of them compacts per interval.
+//! run the loop, only one of them compacts per interval; while etcd's NOSPACE alarm refuses that
+//! write, every shard compacts (RFC 0010).
 
 use crate::Storage;
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
@@ -36,7 +37,26 @@ async fn compact_once(storage: &Storage, last_version: i64, pending_rev: Option<
         .when([Compare::version(COMPACT_KEY, CompareOp::Equal, last_version)])
         .and_then([TxnOp::put(COMPACT_KEY, COMPACT_KEY, None)])
         .or_else([TxnOp::get(COMPACT_KEY, None)]);
-    let resp = kv.txn(txn).await?;
+    let resp = match kv.txn(txn).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            let e = crate::StorageError::from(e);
+            if !crate::space::is_nospace(&e) {
+                return Err(e);
+            }
+            // The store is full: no claim can be written, and compaction is what frees it.
+            // Every shard compacting the same revision is harmless (the later ones are told it
+            // is compacted already).
+            if let Some(target) = pending_rev.filter(|r| *r > 0) {
+                match storage.compact(target).await {
+                    Ok(()) => tracing::warn!(revision = target, "compacted etcd under its NOSPACE alarm"),
+                    Err(e) if e.to_string().contains("compacted") => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok((last_version, storage.current_revision().await?));
+        }
+    };
     let rev = resp.header().map_or(0, |h| h.revision() as u64);
     if !resp.succeeded() {
         // Someone else compacted this interval; follow their version.

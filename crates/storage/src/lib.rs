@@ -14,6 +14,7 @@ pub mod contract;
 pub mod follow;
 pub mod members;
 pub mod range_map;
+pub mod space;
 mod watch;
 
 pub use compaction::run_compactor;

@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use shardplane_coordinator::rebalance;
-use shardplane_ctl::{edit_map, parse_hash, parse_range, plan, planned_moves, read_status, render_status, CtlError};
+use shardplane_ctl::{edit_map, parse_hash, parse_range, plan, planned_moves, read_status, render_space_alarms, render_status, CtlError};
 use shardplane_storage::Storage;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -58,6 +58,9 @@ enum Command {
     Add { id: String },
     /// Move every range away from a shard, one at a time; it takes no new ones.
     Drain { id: String },
+    /// Recover from etcd's NOSPACE alarm: compact to the current revision, defragment every
+    /// endpoint given, disarm the alarm. Safe to run without an alarm.
+    RecoverSpace,
     /// Start rebalancing now; with --dry-run, only show the moves it would start.
     Rebalance {
         #[arg(long)]
@@ -85,10 +88,20 @@ async fn run(args: &Args) -> Result<String, CtlError> {
     let json = args.output == Output::Json;
     let report = |value: serde_json::Value, text: String| if json { format!("{}\n", serde_json::to_string_pretty(&value).expect("json")) } else { text };
     match &args.command {
-        Command::Status => {
-            let s = read_status(&storage).await?;
-            Ok(report(serde_json::to_value(&s).expect("json"), render_status(&s)))
-        }
+        Command::Status => match read_status(&storage).await {
+            Ok(s) => Ok(report(serde_json::to_value(&s).expect("json"), render_status(&s))),
+            // Nothing routed yet; the store's own state is still worth showing.
+            Err(CtlError::NoMap) => {
+                let alarms = storage.space_alarms().await?;
+                let mut text = String::new();
+                if !alarms.is_empty() {
+                    text.push_str(&render_space_alarms(&alarms));
+                }
+                text.push_str("no range map is stored in this etcd yet: start a router (shard-router)\n");
+                Ok(report(serde_json::json!({"rangeMap": null, "space_alarms": alarms}), text))
+            }
+            Err(e) => Err(e),
+        },
         Command::Move { range, to, wait, timeout } => {
             let range = parse_range(range)?;
             let next = edit_map(&storage, |m, members| rebalance::request_move(m, members, range, to, &plan())).await?;
@@ -115,6 +128,13 @@ async fn run(args: &Args) -> Result<String, CtlError> {
         Command::Drain { id } => {
             edit_map(&storage, |m, _| rebalance::request_drain(m, id)).await?;
             Ok(report(serde_json::json!({"draining": id}), format!("shard {id} is draining: its ranges move away one at a time\n")))
+        }
+        Command::RecoverSpace => {
+            let r = storage.recover_space(&args.etcd_endpoints).await?;
+            Ok(report(
+                serde_json::json!({"compactedTo": r.compacted_to, "defragmented": r.defragmented, "disarmed": r.disarmed}),
+                format!("compacted to revision {}, defragmented {} member(s), disarmed {} alarm(s)\n", r.compacted_to, r.defragmented, r.disarmed),
+            ))
         }
         Command::Rebalance { dry_run } => {
             if *dry_run {
