@@ -74,6 +74,11 @@ pub struct ServerState {
     state: Mutex<State>,
     store: Store,
     dir: PathBuf,
+    /// The most bytes the database file may take (etcd's `--quota-backend-bytes`).
+    quota: u64,
+    /// etcd's NOSPACE alarm: raised when the file passes the quota; while raised, writes that
+    /// add data are refused, reads and deletes go on. Disarmed by Maintenance.Alarm.
+    nospace: std::sync::atomic::AtomicBool,
 }
 
 /// The four services over one store.
@@ -96,6 +101,24 @@ fn mvcc_status(e: MvccError) -> Status {
 
 fn too_large() -> Status {
     Status::invalid_argument("etcdserver: request is too large")
+}
+
+/// etcd's default `--quota-backend-bytes` (2 GiB).
+pub const DEFAULT_QUOTA_BYTES: u64 = 2 * 1024 * 1024 * 1024;
+
+/// What etcd answers a write that adds data while its NOSPACE alarm is raised.
+fn nospace() -> Status {
+    Status::resource_exhausted("etcdserver: mvcc: database space exceeded")
+}
+
+/// Whether a transaction can add data (a put, in either branch, at any depth): the writes the
+/// NOSPACE alarm refuses. Deletes and reads go on, as in etcd.
+fn adds_data(t: &Txn) -> bool {
+    t.success.iter().chain(&t.failure).any(|op| match op {
+        Op::Put { .. } => true,
+        Op::Txn(inner) => adds_data(inner),
+        _ => false,
+    })
 }
 
 fn unimplemented(call: &str) -> Status {
@@ -182,16 +205,32 @@ fn event_pb(e: &Event, prev_kv: bool) -> PbEvent {
 impl EtcdServer {
     /// Opens the store in `dir` (refused if another store holds it).
     pub fn open(dir: &Path) -> Result<Self, crate::store::StoreError> {
+        Self::open_with_quota(dir, DEFAULT_QUOTA_BYTES)
+    }
+
+    /// Opens the store with a space quota of `quota` bytes.
+    pub fn open_with_quota(dir: &Path, quota: u64) -> Result<Self, crate::store::StoreError> {
         let (store, mvcc, leases) = Store::open(dir)?;
         // As etcd after a restart: every lease gets its whole TTL again.
         let now = Instant::now();
         let leases = leases.into_iter().map(|(id, ttl)| (id, Lease { ttl, expires: now + Duration::from_secs(ttl.max(1) as u64) })).collect();
         let state = State { mvcc, watchers: Vec::new(), leases, next_stream: 0, broken: false };
-        Ok(Self { inner: Arc::new(ServerState { state: Mutex::new(state), store, dir: dir.to_path_buf() }) })
+        let nospace = std::sync::atomic::AtomicBool::new(Store::size(dir) as u64 >= quota);
+        Ok(Self { inner: Arc::new(ServerState { state: Mutex::new(state), store, dir: dir.to_path_buf(), quota, nospace }) })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the NOSPACE alarm is raised, raising it first if the file has passed the quota.
+    fn out_of_space(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if !self.inner.nospace.load(Ordering::SeqCst) && Store::size(&self.inner.dir) as u64 >= self.inner.quota {
+            tracing::warn!(quota = self.inner.quota, "the embedded store passed its space quota: NOSPACE alarm raised, writes refused");
+            self.inner.nospace.store(true, Ordering::SeqCst);
+        }
+        self.inner.nospace.load(Ordering::SeqCst)
     }
 
     /// The current revision.
@@ -204,6 +243,9 @@ impl EtcdServer {
         let mut st = self.lock();
         if st.broken {
             return Err(Status::unavailable("etcdserver: the store could not write to its disk; restart it"));
+        }
+        if adds_data(t) && self.out_of_space() {
+            return Err(nospace());
         }
         let State { mvcc, leases, .. } = &mut *st;
         let (res, events) = mvcc.txn(t, &|id| leases.contains_key(&id)).map_err(mvcc_status)?;
@@ -469,6 +511,9 @@ impl PbLeaseService for EtcdServer {
         if ttl > MAX_LEASE_TTL {
             return Err(Status::out_of_range("etcdserver: too large lease TTL"));
         }
+        if self.out_of_space() {
+            return Err(nospace());
+        }
         let (id, revision) = {
             let mut st = self.lock();
             let id = if r.id != 0 {
@@ -549,8 +594,24 @@ type SnapshotStream = Pin<Box<dyn Stream<Item = Result<PbSnapshotResponse, Statu
 
 #[tonic::async_trait]
 impl PbMaintenanceService for EtcdServer {
-    async fn alarm(&self, _r: Request<PbAlarmRequest>) -> Result<Response<PbAlarmResponse>, Status> {
-        Err(unimplemented("Maintenance.Alarm"))
+    async fn alarm(&self, r: Request<PbAlarmRequest>) -> Result<Response<PbAlarmResponse>, Status> {
+        use std::sync::atomic::Ordering;
+        let r = r.into_inner();
+        // etcd's AlarmType: NONE 0, NOSPACE 1, CORRUPT 2; AlarmAction: GET 0, ACTIVATE 1, DEACTIVATE 2.
+        let nospace_asked = r.alarm == 1 || r.alarm == 0;
+        match r.action {
+            0 => {
+                self.out_of_space();
+            }
+            1 if r.alarm == 1 => self.inner.nospace.store(true, Ordering::SeqCst),
+            // Disarmed; the next write that finds the file past the quota raises it again.
+            2 if r.alarm == 1 => self.inner.nospace.store(false, Ordering::SeqCst),
+            1 | 2 => {}
+            _ => return Err(Status::invalid_argument("etcdserver: unknown alarm action")),
+        }
+        let raised = nospace_asked && self.inner.nospace.load(Ordering::SeqCst) && r.action != 2;
+        let alarms = if raised { vec![PbAlarmMember { member_id: MEMBER_ID, alarm: 1 }] } else { vec![] };
+        Ok(Response::new(PbAlarmResponse { header: header(self.revision()), alarms }))
     }
 
     async fn status(&self, _r: Request<PbStatusRequest>) -> Result<Response<PbStatusResponse>, Status> {
@@ -570,7 +631,9 @@ impl PbMaintenanceService for EtcdServer {
     }
 
     async fn defragment(&self, _r: Request<PbDefragmentRequest>) -> Result<Response<PbDefragmentResponse>, Status> {
-        Err(unimplemented("Maintenance.Defragment"))
+        let revision = self.revision();
+        self.blocking(|s| s.inner.store.defragment().map_err(|e| Status::internal(format!("etcdserver: {e}")))).await?;
+        Ok(Response::new(PbDefragmentResponse { header: header(revision) }))
     }
 
     async fn hash(&self, _r: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {

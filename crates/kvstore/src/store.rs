@@ -32,7 +32,9 @@ fn io(e: impl std::fmt::Display) -> StoreError {
 
 /// The durable side of the key space.
 pub struct Store {
-    db: Database,
+    /// Behind a lock only so that a defragmentation can take it whole (redb compacts a
+    /// database with no transaction open); every other use shares it.
+    db: std::sync::RwLock<Database>,
 }
 
 /// A key's value as etcd's wire type.
@@ -102,12 +104,12 @@ impl Store {
         mvcc.restore(revision, compacted);
         let leases = r.open_table(LEASES).map_err(io)?.iter().map_err(io)?.map(|row| row.map(|(id, ttl)| (id.value(), ttl.value())).map_err(io)).collect::<Result<Vec<_>, _>>()?;
         drop(r);
-        Ok((Self { db }, mvcc, leases))
+        Ok((Self { db: std::sync::RwLock::new(db) }, mvcc, leases))
     }
 
     /// Makes one revision's changes durable.
     pub fn append(&self, revision: i64, events: &[Event]) -> Result<(), StoreError> {
-        let w = self.db.begin_write().map_err(io)?;
+        let w = self.db().begin_write().map_err(io)?;
         w.open_table(LOG).map_err(io)?.insert(revision as u64, encode(events).as_slice()).map_err(io)?;
         w.commit().map_err(io)
     }
@@ -115,7 +117,7 @@ impl Store {
     /// Records a compaction at `revision` (already done in memory): the log below it folds
     /// into the base, in revision order, so the base is the state at `revision - 1`.
     pub fn compact(&self, revision: i64) -> Result<(), StoreError> {
-        let w = self.db.begin_write().map_err(io)?;
+        let w = self.db().begin_write().map_err(io)?;
         {
             let mut log = w.open_table(LOG).map_err(io)?;
             let mut base = w.open_table(BASE).map_err(io)?;
@@ -137,16 +139,27 @@ impl Store {
 
     /// Records a lease (granted, or kept with a new TTL).
     pub fn put_lease(&self, id: i64, ttl: i64) -> Result<(), StoreError> {
-        let w = self.db.begin_write().map_err(io)?;
+        let w = self.db().begin_write().map_err(io)?;
         w.open_table(LEASES).map_err(io)?.insert(id, ttl).map_err(io)?;
         w.commit().map_err(io)
     }
 
     /// Forgets a lease.
     pub fn remove_lease(&self, id: i64) -> Result<(), StoreError> {
-        let w = self.db.begin_write().map_err(io)?;
+        let w = self.db().begin_write().map_err(io)?;
         w.open_table(LEASES).map_err(io)?.remove(id).map_err(io)?;
         w.commit().map_err(io)
+    }
+
+    fn db(&self) -> std::sync::RwLockReadGuard<'_, Database> {
+        self.db.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Gives the space freed by compactions back to the file system (etcd's defragmentation).
+    pub fn defragment(&self) -> Result<(), StoreError> {
+        let mut db = self.db.write().unwrap_or_else(|p| p.into_inner());
+        while db.compact().map_err(io)? {}
+        Ok(())
     }
 
     /// The database file's size in bytes.

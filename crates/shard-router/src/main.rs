@@ -30,6 +30,10 @@ struct Args {
     /// `unix:PATH` (a socket only this user can open).
     #[arg(long, default_value = "127.0.0.1:0")]
     store_listen: String,
+    /// The embedded store's space quota in bytes (etcd's flag and default, 2 GiB): past it the
+    /// NOSPACE alarm refuses writes until `shardctl recover-space` (RFC 0010).
+    #[arg(long, default_value_t = shardplane_kvstore::server::DEFAULT_QUOTA_BYTES)]
+    quota_backend_bytes: u64,
     /// How many shard processes to start.
     #[arg(long = "shards", default_value_t = 4)]
     shard_count: u32,
@@ -68,8 +72,8 @@ fn main() -> std::process::ExitCode {
 
 /// Opens the embedded store in `dir` and serves it on `listen` until `stop`; returns its
 /// endpoint.
-async fn start_embedded_store(dir: &std::path::Path, listen: &str, stop: tokio_util::sync::CancellationToken) -> Result<String, String> {
-    let server = shardplane_kvstore::server::EtcdServer::open(dir).map_err(|e| e.to_string())?;
+async fn start_embedded_store(dir: &std::path::Path, listen: &str, quota: u64, stop: tokio_util::sync::CancellationToken) -> Result<String, String> {
+    let server = shardplane_kvstore::server::EtcdServer::open_with_quota(dir, quota).map_err(|e| e.to_string())?;
     let listener = shardplane_kvstore::server::Listener::bind(listen).await.map_err(|e| format!("--store-listen {listen}: {e}"))?;
     let endpoint = listener.endpoint().map_err(|e| e.to_string())?;
     tokio::spawn(async move {
@@ -94,7 +98,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shard-urls needs --etcd-endpoints: the shards it fronts must use the same etcd");
             return std::process::ExitCode::from(2);
         }
-        match start_embedded_store(&args.data_dir, &args.store_listen, shutdown.clone()).await {
+        match start_embedded_store(&args.data_dir, &args.store_listen, args.quota_backend_bytes, shutdown.clone()).await {
             Ok(endpoint) => {
                 println!("embedded store {} at {endpoint}", args.data_dir.display());
                 args.etcd_endpoints = vec![endpoint];

@@ -120,11 +120,20 @@ impl Etcd {
         Self::start_embedded_at("unix")
     }
 
+    /// The embedded store on a free loopback port with a space quota of `quota` bytes.
+    pub async fn start_embedded_with_quota(quota: u64) -> Self {
+        Self::start_embedded_at_with("127.0.0.1:0", quota)
+    }
+
     /// `at`: a TCP address, or `unix` for a socket in the data directory.
     fn start_embedded_at(at: &str) -> Self {
+        Self::start_embedded_at_with(at, shardplane_kvstore::server::DEFAULT_QUOTA_BYTES)
+    }
+
+    fn start_embedded_at_with(at: &str, quota: u64) -> Self {
         let base = if PathBuf::from("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
         let dir = base.join(format!("shardplane-store-{}", uuid::Uuid::new_v4()));
-        let server = shardplane_kvstore::server::EtcdServer::open(&dir).expect("open the embedded store");
+        let server = shardplane_kvstore::server::EtcdServer::open_with_quota(&dir, quota).expect("open the embedded store");
         let addr = if at == "unix" { format!("unix:{}", dir.join("etcd.sock").display()) } else { at.to_owned() };
         let (ready_tx, ready) = std::sync::mpsc::channel();
         let stop = CancellationToken::new();
