@@ -204,10 +204,25 @@ pub fn request_timeout(query: &Query) -> Result<Duration, ApiError> {
     }
 }
 
+/// The largest refused body that is read (and dropped) before the 413 goes out.
+const DRAIN_LIMIT: u64 = 8 * 1024 * 1024;
+
+/// Reads a body to its end, keeping nothing.
+async fn drain(raw: Body) {
+    use futures::StreamExt;
+    let mut chunks = raw.into_data_stream();
+    while let Some(Ok(_)) = chunks.next().await {}
+}
+
 /// Reads the request body within [`body::MAX_BODY`] and by `deadline`.
 async fn read_body(raw: Body, headers: &HeaderMap, deadline: tokio::time::Instant) -> Result<Bytes, ApiError> {
     let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > body::MAX_BODY as u64) {
+    if let Some(n) = declared.filter(|n| *n > body::MAX_BODY as u64) {
+        // Read and dropped first when it is not much past the limit, so that the client, still
+        // sending, reads the 413 instead of a reset connection; past that it is cut off.
+        if n <= DRAIN_LIMIT {
+            let _ = tokio::time::timeout_at(deadline, drain(raw)).await;
+        }
         return Err(ApiError::too_large(body::MAX_BODY));
     }
     tokio::time::timeout_at(deadline, body::read(raw)).await.unwrap_or_else(|_| Err(timed_out()))
