@@ -4,13 +4,12 @@ canary namespace whose objects every case checks afterwards."""
 
 import http.client
 import json
-import os
 import ssl
 import urllib.parse
 import uuid
 
 import pytest
-from kubernetes import client, config
+from conftest_common import api_client  # noqa: F401  (the suites' one client for KUBECONFIG)
 
 
 class Raw:
@@ -48,12 +47,6 @@ class Raw:
     def json(self, method, target, body=None, headers=None):
         status, _, data = self(method, target, body=json.dumps(body) if isinstance(body, (dict, list)) else body, headers=headers)
         return status, json.loads(data) if data else None
-
-
-@pytest.fixture(scope="session")
-def api_client():
-    config.load_kube_config(config_file=os.environ["KUBECONFIG"])
-    return client.ApiClient()
 
 
 @pytest.fixture(scope="session")

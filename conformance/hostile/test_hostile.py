@@ -96,10 +96,15 @@ LIST_QUERIES = [
 ]
 
 
-@pytest.mark.parametrize("query,code,reason", LIST_QUERIES, ids=[c[0][:60] for c in LIST_QUERIES])
-def test_list_query(raw, canary, query, code, reason):
+def check_list(raw, canary, query, code, reason):
+    """A LIST of the canary namespace's ConfigMaps with `query` (spaces encoded) answers `code`."""
     ns, _ = canary
     check(raw("GET", f"/api/v1/namespaces/{ns}/configmaps?{query.replace(' ', '%20')}"), code, reason)
+
+
+@pytest.mark.parametrize("query,code,reason", LIST_QUERIES, ids=[c[0][:60] for c in LIST_QUERIES])
+def test_list_query(raw, canary, query, code, reason):
+    check_list(raw, canary, query, code, reason)
 
 
 def multibyte_cases():
@@ -121,8 +126,7 @@ MULTIBYTE_QUERIES = multibyte_cases()
 
 @pytest.mark.parametrize("query,code,reason", MULTIBYTE_QUERIES, ids=[c[0] for c in MULTIBYTE_QUERIES])
 def test_multibyte_in_query(raw, canary, query, code, reason):
-    ns, _ = canary
-    check(raw("GET", f"/api/v1/namespaces/{ns}/configmaps?{query.replace(' ', '%20')}"), code, reason)
+    check_list(raw, canary, query, code, reason)
 
 
 WATCH_QUERIES = [
@@ -136,8 +140,7 @@ WATCH_QUERIES = [
 
 @pytest.mark.parametrize("query,code,reason", WATCH_QUERIES, ids=[c[0] for c in WATCH_QUERIES])
 def test_watch_query(raw, canary, query, code, reason):
-    ns, _ = canary
-    check(raw("GET", f"/api/v1/namespaces/{ns}/configmaps?{query.replace(' ', '%20')}"), code, reason)
+    check_list(raw, canary, query, code, reason)
 
 
 @pytest.mark.parametrize("flag", ["true", "yes", "", "TRUE", "1"])
