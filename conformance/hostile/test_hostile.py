@@ -318,3 +318,44 @@ def test_patch(raw, canary, what, ctype, body, query, code, reason):
         assert status == 200 and after["data"] == {"a": "b"} and after["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
     finally:
         raw("DELETE", f"/api/v1/namespaces/{ns}/configmaps/{name}")
+
+
+# --- options of a write ---------------------------------------------------------------------
+
+DRY_RUNS = [
+    # (verb, query, body of a DELETE, the options kind upstream validates the query as)
+    ("POST", "dryRun=Bogus", None, "CreateOptions"),
+    ("POST", "dryRun=All&dryRun=Bogus", None, "CreateOptions"),
+    ("PUT", "dryRun=all", None, "UpdateOptions"),
+    ("PATCH", "dryRun=Bogus", None, "PatchOptions"),
+    ("DELETE", "dryRun=Bogus", None, "DeleteOptions"),
+    ("DELETE", "", {"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["Bogus"]}, "DeleteOptions"),
+    ("DELETECOLLECTION", "dryRun=Bogus", None, "DeleteOptions"),
+]
+
+
+@pytest.mark.parametrize("verb,query,delete_body,kind", DRY_RUNS, ids=[f"{c[0]} {c[1] or 'body'}" for c in DRY_RUNS])
+def test_unsupported_dry_run_is_invalid_options(raw, canary, verb, query, delete_body, kind):
+    ns, _ = canary
+    name = f"dry-{uuid.uuid4().hex[:6]}"
+    status, obj = raw.json("POST", f"/api/v1/namespaces/{ns}/configmaps", cm(name=name, data={"a": "b"}))
+    assert status == 201, obj
+    try:
+        one, coll = f"/api/v1/namespaces/{ns}/configmaps/{name}", f"/api/v1/namespaces/{ns}/configmaps"
+        sent = {
+            "POST": lambda: raw("POST", f"{coll}?{query}", body=json.dumps(cm(name=name + "-new")).encode()),
+            "PUT": lambda: raw("PUT", f"{one}?{query}", body=json.dumps({**obj, "data": {"a": "changed"}}).encode()),
+            "PATCH": lambda: raw("PATCH", f"{one}?{query}", body=b'{"data":{"a":"changed"}}', headers={"Content-Type": "application/merge-patch+json"}),
+            "DELETE": lambda: raw("DELETE", f"{one}?{query}", body=json.dumps(delete_body).encode() if delete_body else None),
+            "DELETECOLLECTION": lambda: raw("DELETE", f"{coll}?{query}&labelSelector=never%3Dmatches"),
+        }[verb]()
+        check(sent, 422, "Invalid")
+        s = status_of(sent[2])
+        assert (s["details"]["group"], s["details"]["kind"]) == ("meta.k8s.io", kind), s
+        assert s["details"]["causes"][0]["field"] == "dryRun", s
+        # Nothing was written.
+        status, after = raw.json("GET", one)
+        assert status == 200 and after["data"] == {"a": "b"}, after
+        assert raw("GET", f"{coll}/{name}-new")[0] == 404
+    finally:
+        raw("DELETE", f"/api/v1/namespaces/{ns}/configmaps/{name}")

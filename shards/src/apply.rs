@@ -27,7 +27,7 @@ pub(crate) async fn apply(c: Call<'_>, mut source: Source) -> Reply {
         Some(v) => return Err(ApiError::bad_request(format!("invalid value of force: {v:?}"))),
     };
     let mode = FieldValidation::parse(form_value(query, "fieldValidation").as_deref())?;
-    let dry = write::dry_run(query)?;
+    let dry = write::dry_run(query, "PatchOptions")?;
     let (mut config, duplicates) = parse_config(raw, mode == FieldValidation::Strict)?;
     body::check_type(info, &mut config)?;
     let ns = t.namespace.clone().unwrap_or_default();

@@ -87,7 +87,7 @@ pub async fn update(c: crate::write::Call<'_>, patch: Option<PatchType>) -> Repl
     let name = c.name();
     let paths = paths(t)?;
     let info = &t.info;
-    let dry = dry_run(query)?;
+    let dry = dry_run(query, if patch.is_some() { "PatchOptions" } else { "UpdateOptions" })?;
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(info, &ns, name)?;
     let sent = match patch {

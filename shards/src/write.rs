@@ -5,6 +5,7 @@
 use shardplane_http::body;
 use shardplane_http::protocol::GENERATED_NAME_HEADER;
 pub use shardplane_http::query::form_value;
+use shardplane_http::query::form_values;
 use crate::render;
 use shardplane_http::storage_errors::status_of as storage_err;
 use shardplane_apimachinery::request_path::Target;
@@ -45,12 +46,23 @@ impl Call<'_> {
 }
 
 
-pub(crate) fn dry_run(query: &str) -> Result<bool, ApiError> {
-    match form_value(query, "dryRun").as_deref() {
-        None | Some("") => Ok(false),
-        Some("All") => Ok(true),
-        Some(other) => Err(ApiError::bad_request(format!("Invalid dry run value: {other:?}: supported values: \"All\""))),
+/// Whether the query asks for a dry run. `options` names what upstream decodes the query as
+/// (`CreateOptions`, `UpdateOptions`, `PatchOptions`, `DeleteOptions`): a value other than `All`
+/// is a 422 naming it, as upstream's options validation answers.
+pub(crate) fn dry_run(query: &str, options: &str) -> Result<bool, ApiError> {
+    dry_run_values(&form_values(query, "dryRun"), options)
+}
+
+/// Whether `values` (an options object's `dryRun` list) ask for a dry run; 422 for any value
+/// but `All` (an empty value asks for none).
+pub(crate) fn dry_run_values(values: &[String], options: &str) -> Result<bool, ApiError> {
+    let asked: Vec<&String> = values.iter().filter(|v| !v.is_empty()).collect();
+    if asked.iter().all(|v| *v == "All") {
+        return Ok(!asked.is_empty());
     }
+    // Go's %#v of the []string, as upstream's NotSupported error prints it.
+    let shown = format!("[]string{{{}}}", values.iter().map(|v| format!("{v:?}")).collect::<Vec<_>>().join(", "));
+    Err(ApiError::invalid("meta.k8s.io", options, "", vec![shardplane_apimachinery::status::cause("FieldValueNotSupported", "dryRun", &format!("Unsupported value: {shown}: supported values: \"All\""))]))
 }
 
 /// Where a write reads the object it changes from.
@@ -162,7 +174,7 @@ pub async fn create(c: Call<'_>) -> Reply {
 /// namespace and name rules, admission, then a create-if-absent in etcd.
 pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query: &str, mut obj: Value, unknown: &[String]) -> Reply {
     let info = &t.info;
-    let dry = dry_run(query)?;
+    let dry = dry_run(query, "CreateOptions")?;
     let path_ns = t.namespace.clone().unwrap_or_default();
     if info.namespaced {
         let body_ns = meta::meta_str(&obj, "namespace").to_owned();
@@ -247,12 +259,12 @@ pub(crate) async fn write_over(shard: &Shard, info: &ResourceInfo, stored: Store
 
 /// A write first tried on the cached object, then, if it failed for any reason, from etcd (a
 /// dry run, which proves nothing by a CAS, reads etcd only).
-async fn cache_first<'a, F, Fut>(query: &str, write: F) -> Reply
+async fn cache_first<'a, F, Fut>(query: &str, options: &str, write: F) -> Reply
 where
     F: Fn(Source) -> Fut,
     Fut: std::future::Future<Output = Reply> + 'a,
 {
-    if dry_run(query)? {
+    if dry_run(query, options)? {
         return write(Source::Etcd).await;
     }
     match write(Source::CacheFirst).await {
@@ -263,7 +275,7 @@ where
 
 /// PUT of an object (or its status / finalize subresource).
 pub async fn update(c: Call<'_>) -> Reply {
-    cache_first(c.query, |source| update_from(c, source)).await
+    cache_first(c.query, "UpdateOptions", |source| update_from(c, source)).await
 }
 
 async fn update_from(c: Call<'_>, mut source: Source) -> Reply {
@@ -271,7 +283,7 @@ async fn update_from(c: Call<'_>, mut source: Source) -> Reply {
     let name = c.name();
     let info = &t.info;
     let sub = subresource(t)?;
-    let dry = dry_run(query)?;
+    let dry = dry_run(query, "UpdateOptions")?;
     let mut obj = body::decode_object(headers, raw)?;
     body::check_type(info, &mut obj)?;
     let unknown = validate_fields(info, query, &mut obj, raw)?;
@@ -321,7 +333,7 @@ async fn update_from(c: Call<'_>, mut source: Source) -> Reply {
 
 /// PATCH of an object or its status.
 pub async fn patch(c: Call<'_>) -> Reply {
-    cache_first(c.query, |source| patch_from(c, source)).await
+    cache_first(c.query, "PatchOptions", |source| patch_from(c, source)).await
 }
 
 async fn patch_from(c: Call<'_>, mut source: Source) -> Reply {
@@ -329,7 +341,7 @@ async fn patch_from(c: Call<'_>, mut source: Source) -> Reply {
     let name = c.name();
     let info = &t.info;
     let sub = subresource(t)?;
-    let dry = dry_run(query)?;
+    let dry = dry_run(query, "PatchOptions")?;
     let ct = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let ty = PatchType::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
     if raw.len() > body::MAX_BODY {
@@ -372,7 +384,7 @@ async fn patch_from(c: Call<'_>, mut source: Source) -> Reply {
 
 /// DELETE of one object, with DeleteOptions preconditions, finalizers and namespace lifecycle.
 pub async fn delete(c: Call<'_>) -> Reply {
-    cache_first(c.query, |source| delete_from(c, source)).await
+    cache_first(c.query, "DeleteOptions", |source| delete_from(c, source)).await
 }
 
 async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
@@ -383,7 +395,13 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
         return Err(ApiError::method_not_allowed("delete", &info.group, &info.plural));
     }
     let opts: Value = if raw.iter().all(u8::is_ascii_whitespace) { json!({}) } else { body::decode_object(headers, raw)? };
-    let dry = dry_run(query)? || opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All"));
+    // The query's dryRun, when given, takes the place of the body's (upstream decodes the query
+    // over the body's DeleteOptions).
+    let mut asked = form_values(query, "dryRun");
+    if asked.is_empty() {
+        asked = opts.get("dryRun").and_then(Value::as_array).map(|a| a.iter().map(|v| v.as_str().unwrap_or_default().to_owned()).collect()).unwrap_or_default();
+    }
+    let dry = dry_run_values(&asked, "DeleteOptions")?;
     if dry {
         // Nothing proves a dry run's cached state current.
         source = Source::Etcd;
@@ -452,6 +470,7 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
 /// DELETE of a collection: every selected object this shard owns; answers the deleted objects.
 pub async fn delete_collection(c: Call<'_>) -> Reply {
     let Call { shard, target: t, query, .. } = c;
+    dry_run(query, "DeleteOptions")?;
     let o = ListOptions::parse(query, &t.info)?;
     let served = shard.served(&t.info)?;
     let cache = &served.cache;
@@ -479,7 +498,7 @@ mod tests {
     /// the sources it was called with and the answer's status.
     fn run(query: &str, fail_on: &[Source]) -> (Vec<&'static str>, u16) {
         let calls = Mutex::new(Vec::new());
-        let reply = futures::executor::block_on(cache_first(query, |source| {
+        let reply = futures::executor::block_on(cache_first(query, "UpdateOptions", |source| {
             calls.lock().unwrap().push(if source == Source::CacheFirst { "cache" } else { "etcd" });
             let fail = fail_on.contains(&source);
             async move { if fail { Err(ApiError::conflict("", "configmaps", "x")) } else { Ok(body::json(StatusCode::OK, "{}")) } }

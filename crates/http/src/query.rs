@@ -63,6 +63,12 @@ pub fn form_value(query: &str, name: &str) -> Option<String> {
     form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == name).map(|(_, v)| v.into_owned())
 }
 
+/// Every value of a list parameter (upstream decodes a `[]string` field, such as `dryRun`, from
+/// all of a name's occurrences).
+pub fn form_values(query: &str, name: &str) -> Vec<String> {
+    form_urlencoded::parse(query.as_bytes()).filter(|(k, _)| k == name).map(|(_, v)| v.into_owned()).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,6 +85,7 @@ mod tests {
         assert!(Query::parse("watch=yes").is_watch() && Query::parse("watch=").is_watch());
         assert!(!Query::parse("watch=FALSE").is_watch() && !Query::parse("watch=0").is_watch() && !Query::parse("").is_watch());
         assert_eq!(form_value("a=1&a=2", "a").as_deref(), Some("1"));
+        assert_eq!(form_values("a=1&b=0&%61=2", "a"), ["1", "2"]);
         // Canonical: order, spelling, repeats and other parameters do not matter.
         let a = Query::parse("pretty=1&fieldSelector=x%3Dy&%6CabelSelector=a&labelSelector=b&junk=9");
         let b = Query::parse("labelSelector=a&fieldSelector=x=y");

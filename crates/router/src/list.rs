@@ -4,7 +4,7 @@
 use crate::forward::passthrough;
 use crate::state::RouterState;
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Response};
 use serde_json::{json, Value};
 use shardplane_apimachinery::continue_token::ContinueToken;
 use shardplane_http::Query;
@@ -108,12 +108,52 @@ pub fn shard_page_limit(limit: u64, k: usize) -> u64 {
     limit.min(limit.saturating_mul(5).div_ceil(k.saturating_mul(4)).saturating_add(8))
 }
 
-/// A merged page: the list's JSON (with the continue token, if any) and its content type.
+/// A merged page: the list's head, its entries as the shards sent them, and where the next
+/// page starts.
 pub struct MergedList {
-    pub body: Vec<u8>,
+    /// The list's JSON up to and including its items' `[` (with the continue token, if any).
+    head: Vec<u8>,
     pub content_type: Option<HeaderValue>,
     /// The entries' bytes, for callers that emit them one by one (a watch's initial state).
     pub entries: Vec<Bytes>,
+    /// The last key of this page when there are more (the next page starts after it).
+    pub next_after: Option<(String, String)>,
+}
+
+/// Bytes of entries the list body copies into one chunk before sending it: few enough writes
+/// for a large list, one chunk in memory besides the entries not yet sent.
+const BODY_CHUNK: usize = 64 * 1024;
+
+impl MergedList {
+    /// The list as a response body: the head, the entries (none re-encoded; each released once
+    /// it is copied into the chunk being sent) and the tail, with its exact length.
+    pub fn into_response(self) -> Response<Body> {
+        let length = self.head.len() + self.entries.iter().map(|e| e.len()).sum::<usize>() + self.entries.len().saturating_sub(1) + 2;
+        let mut entries = self.entries.into_iter().enumerate().peekable();
+        let mut head = Some(self.head);
+        let chunks = std::iter::from_fn(move || {
+            let mut chunk = BytesMut::with_capacity(BODY_CHUNK);
+            if let Some(h) = head.take() {
+                chunk.extend_from_slice(&h);
+            } else if entries.peek().is_none() {
+                return None;
+            }
+            while chunk.len() < BODY_CHUNK && let Some((i, e)) = entries.next() {
+                if i > 0 {
+                    chunk.extend_from_slice(b",");
+                }
+                chunk.extend_from_slice(&e);
+            }
+            if entries.peek().is_none() {
+                chunk.extend_from_slice(b"]}");
+            }
+            Some(Ok::<Bytes, std::convert::Infallible>(chunk.freeze()))
+        });
+        let mut r = Response::new(Body::from_stream(futures::stream::iter(chunks)));
+        r.headers_mut().insert(header::CONTENT_TYPE, self.content_type.unwrap_or(HeaderValue::from_static("application/json")));
+        r.headers_mut().insert(header::CONTENT_LENGTH, HeaderValue::from(length));
+        r
+    }
 }
 
 /// One shard's part of a page: its list head, content type and entries with their keys.
@@ -186,17 +226,7 @@ pub async fn merged_page(shards: &RouterState, t: &Target, query: &Query, header
         }
     }
     let entries: Vec<Bytes> = merged.items.into_iter().map(|(_, e)| e).collect();
-    // Write the list around the entries' bytes, as a shard does: no entry is re-encoded.
-    let mut body = Vec::with_capacity(entries.iter().map(|e| e.len() + 1).sum::<usize>() + 256);
-    body.extend(list_head(&head, &Value::Object(meta)));
-    for (i, e) in entries.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.extend_from_slice(e);
-    }
-    body.extend_from_slice(b"]}");
-    Ok(Ok(MergedList { body, content_type: ct, entries }))
+    Ok(Ok(MergedList { head: list_head(&head, &Value::Object(meta)), content_type: ct, entries, next_after: merged.continue_after }))
 }
 
 /// A page from the only shard: its answer as it stands, but for the continue token, which
@@ -297,18 +327,32 @@ pub async fn list(shards: &RouterState, t: &Target, o: &ListOptions, query: &Que
     }
     match merged_page(shards, t, query, headers, rv, after, o.limit).await? {
         Err(shard_error) => Ok(shard_error),
-        Ok(page) => {
-            let mut r = Response::new(Body::from(page.body));
-            *r.status_mut() = StatusCode::OK;
-            r.headers_mut().insert(header::CONTENT_TYPE, page.content_type.unwrap_or(HeaderValue::from_static("application/json")));
-            Ok(r)
-        }
+        Ok(page) => Ok(page.into_response()),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A merged page's body is its head, its entries joined by commas and the tail, whatever
+        /// the sizes (chunks split anywhere), and the length it declares is exact.
+        #[test]
+        fn a_merged_page_body_is_its_entries_in_order_at_its_declared_length(sizes in proptest::collection::vec(0usize..40_000, 0..12)) {
+            let entries: Vec<Bytes> = sizes.iter().enumerate().map(|(i, n)| Bytes::from(format!("{{\"i\":{i},\"pad\":\"{}\"}}", "x".repeat(*n)))).collect();
+            let page = MergedList { head: b"{\"kind\":\"L\",\"items\":[".to_vec(), content_type: None, entries: entries.clone(), next_after: None };
+            let r = page.into_response();
+            let declared: usize = r.headers()[header::CONTENT_LENGTH].to_str().unwrap().parse().unwrap();
+            let body = futures::executor::block_on(axum::body::to_bytes(r.into_body(), usize::MAX)).unwrap();
+            prop_assert_eq!(declared, body.len());
+            let list: Value = serde_json::from_slice(&body).unwrap();
+            let got: Vec<Value> = list["items"].as_array().unwrap().clone();
+            let want: Vec<Value> = entries.iter().map(|e| serde_json::from_slice(e).unwrap()).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
 
     fn key(json: &str) -> (String, String) {
         entry_key_of(json.as_bytes())

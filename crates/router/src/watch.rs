@@ -1,5 +1,6 @@
 //! Merged WATCH (RFC 0003, "WATCH") as a client sees it: the initial state (read at one revision R by
-//! a merged LIST and rendered like live events), then every change after R or after the
+//! merged LIST pages, one at a time as the client takes them, and rendered like live events),
+//! then every change after R or after the
 //! client's resourceVersion, from a shared [hub](crate::hub) when one covers that RV and from an
 //! upstream of its own otherwise; bookmarks at the merge's progress marks; the client's
 //! `timeoutSeconds` (else a random 30–60 minutes, as upstream). A shard ERROR (410) is passed
@@ -34,6 +35,44 @@ use tokio_stream::wrappers::ReceiverStream;
 /// Everything else is the router's (resourceVersion, bookmarks) or per client (timeoutSeconds,
 /// sendInitialEvents), and the representation goes by the Accept header.
 const STREAM_FILTERS: [&str; 3] = ["labelSelector", "fieldSelector", "shardSelector"];
+
+/// Objects per page of a watch's initial state: what the router holds for one watch while it
+/// sends that state, however large the collection.
+const INITIAL_PAGE: u64 = 500;
+
+/// The initial state of a watch without a resourceVersion: the collection at one revision,
+/// read from the shards a page at a time (each page pinned to that revision, as a LIST's
+/// continue token pins it).
+struct Initial {
+    shards: Arc<RouterState>,
+    t: Target,
+    query: Query,
+    headers: HeaderMap,
+    rv: u64,
+}
+
+/// One page of the initial state: its entries and where the next one starts.
+type InitialPage = (Vec<Bytes>, Option<(String, String)>);
+
+impl Initial {
+    /// The page after `after` (the first with `None`), or a shard's error answer.
+    async fn page(&self, after: Option<(String, String)>) -> Result<Result<InitialPage, Response<Body>>, ApiError> {
+        Ok(merged_page(&self.shards, &self.t, &self.query, &self.headers, self.rv, after, Some(INITIAL_PAGE)).await?.map(|p| (p.entries, p.next_after)))
+    }
+
+    /// The page after `after` as the watch goes on; a failure becomes the watch's last event,
+    /// an ERROR with the Status (the response has long started).
+    async fn next_page(&self, after: (String, String)) -> Result<InitialPage, Bytes> {
+        match self.page(Some(after)).await {
+            Ok(Ok(page)) => Ok(page),
+            Ok(Err(answer)) => {
+                let status = axum::body::to_bytes(answer.into_body(), 1 << 20).await.unwrap_or_default();
+                Err(watch_event::line("ERROR", &status))
+            }
+            Err(e) => Err(watch_event::line("ERROR", &e.to_json())),
+        }
+    }
+}
 
 /// Just an object's resourceVersion.
 #[derive(serde::Deserialize)]
@@ -78,16 +117,18 @@ pub async fn watch(shards: Arc<RouterState>, t: Target, o: ListOptions, query: &
         resource: (t.info.group.clone(), t.info.plural.clone()),
     };
     // Where the client's changes start, and the initial state (read at that one revision).
-    let (start, initial): (u64, Option<Vec<Bytes>>) = match o.watch_start() {
+    let (start, initial): (u64, Option<(Initial, InitialPage)>) = match o.watch_start() {
         WatchStart::After(rv) => (rv, None),
         _ => {
             let (rv, _) = revision_and_start(&shards, &t.info, &ListOptions { continue_token: None, limit: None, ..o.clone() }).await?;
             let mut json_only = headers.clone();
             json_only.insert(header::ACCEPT, HeaderValue::from_static("application/json"));
             let list_query = Query::parse(&query.without(&["sendInitialEvents", "timeoutSeconds", "progressBookmarks"]));
-            match merged_page(&shards, &t, &list_query, &json_only, rv, None, None).await? {
+            let initial = Initial { shards: shards.clone(), t: t.clone(), query: list_query, headers: json_only, rv };
+            // The first page before the response starts: a shard's refusal is the answer.
+            match initial.page(None).await? {
                 Err(shard_error) => return Ok(shard_error),
-                Ok(page) => (rv, Some(page.entries)),
+                Ok(first) => (rv, Some((initial, first))),
             }
         }
     };
@@ -149,14 +190,24 @@ impl Drop for Registered {
 }
 
 impl Client {
-    async fn run(self, initial: Option<Vec<Bytes>>, mut source: Source, tx: mpsc::Sender<Bytes>) {
+    async fn run(self, initial: Option<(Initial, InitialPage)>, mut source: Source, tx: mpsc::Sender<Bytes>) {
         let deadline = tokio::time::sleep(self.timeout);
         tokio::pin!(deadline);
-        if let Some(items) = initial {
-            for item in &items {
-                let rv = serde_json::from_slice::<ObjectRv>(item).ok().and_then(|o| o.metadata.resource_version.parse().ok()).unwrap_or(self.start);
-                if tx.send(event(&self.info, self.view, "ADDED", item, rv)).await.is_err() {
-                    return;
+        if let Some((initial, (mut items, mut next))) = initial {
+            loop {
+                for item in std::mem::take(&mut items) {
+                    let rv = serde_json::from_slice::<ObjectRv>(&item).ok().and_then(|o| o.metadata.resource_version.parse().ok()).unwrap_or(self.start);
+                    if tx.send(event(&self.info, self.view, "ADDED", &item, rv)).await.is_err() {
+                        return;
+                    }
+                }
+                let Some(after) = next.take() else { break };
+                match initial.next_page(after).await {
+                    Ok(page) => (items, next) = page,
+                    Err(error) => {
+                        let _ = tx.send(error).await;
+                        return;
+                    }
                 }
             }
             if self.initial_end && tx.send(watch_event::bookmark(&self.info, self.start, true)).await.is_err() {

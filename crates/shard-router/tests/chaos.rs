@@ -6,7 +6,9 @@
 //! etcd's own history of what it watches (no loss, no duplicate, strictly increasing RV), every
 //! acknowledged write must be in that history, and a LIST through the router must equal etcd.
 
+mod common;
 
+use common::KillOnDrop;
 use shardplane_testkit::*;
 use serde_json::Value;
 use shardplane_coordinator::rebalance::{self, Config};
@@ -14,8 +16,6 @@ use shardplane_keyspace::etcd_layout::{parse_object_key, prefix_end, resource_pr
 use shardplane_keyspace::HashRange;
 use shardplane_storage::Storage;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -26,32 +26,14 @@ const WRITES_PER_SECOND_EACH: u64 = 45;
 /// Seconds a shard's membership lease lasts: a killed shard is taken for dead this long after.
 const MEMBER_TTL: &str = "3";
 
-/// A process killed when the test ends, however it ends.
-struct Process(Child);
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// Starts `shard-router` with `args`; the process (killed when the test ends) and its URL.
+fn spawn(args: &[&str]) -> (KillOnDrop, String) {
+    let started = common::spawn(args);
+    let url = started.url();
+    (started.process, url)
 }
 
-/// Starts `shard-router` with `args` and waits for the address it prints.
-fn spawn(args: &[&str]) -> (Process, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shard-router")).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("the process printed its address").unwrap();
-        if let Some(a) = line.strip_prefix("listening on ") {
-            break a.to_owned();
-        }
-    };
-    // Keep draining stdout so the process never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (Process(child), format!("http://{addr}"))
-}
-
-fn spawn_shard(etcd: &str, id: &str, range: Option<HashRange>) -> (Process, String) {
+fn spawn_shard(etcd: &str, id: &str, range: Option<HashRange>) -> (KillOnDrop, String) {
     let range = range.map(|r| r.to_string());
     let mut args = vec!["shard", "--etcd-endpoints", etcd, "--listen", "127.0.0.1:0", "--id", id, "--bookmark-interval", "1", "--member-ttl-seconds", MEMBER_TTL];
     match &range {
@@ -201,7 +183,7 @@ async fn watches_and_writes_stay_whole_while_shards_join_move_drain_and_die() {
     let e = etcd.endpoint.as_str();
     let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
     let thirds = HashRange::split_even(3);
-    let mut shards: BTreeMap<&str, (Process, String)> = BTreeMap::new();
+    let mut shards: BTreeMap<&str, (KillOnDrop, String)> = BTreeMap::new();
     for (i, id) in ["s0", "s1", "s2"].into_iter().enumerate() {
         shards.insert(id, spawn_shard(e, id, Some(thirds[i])));
     }

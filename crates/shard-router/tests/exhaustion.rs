@@ -4,10 +4,12 @@
 //! and YAML bombs and an oversized body; meanwhile a well-behaved client's reads and writes keep
 //! succeeding, with p99 under 1 s, and no process's resident memory passes a stated bound.
 
+mod common;
+
+use common::{rss_mib, spawn_topology};
 use shardplane_testkit::*;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// The most resident memory any process (router or shard) may reach during the test, debug
@@ -17,19 +19,6 @@ const RSS_BOUND_MIB: u64 = 400;
 const SLOW_HEADERS: usize = 450;
 const SLOW_BODIES: usize = 250;
 const IDLE_WATCHES: usize = 100;
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn rss_mib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status")).ok().and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())).unwrap_or(0) / 1024
-}
 
 /// A connection that sends the start of a request and then nothing.
 fn slow_header(addr: &str) -> Option<TcpStream> {
@@ -50,29 +39,10 @@ async fn hostile_load_does_not_lock_out_a_well_behaved_client() {
     let etcd = Etcd::start().await;
     let dir = std::env::temp_dir().join(format!("shardplane-exhaustion-{}", uuid::Uuid::new_v4()));
     let kubeconfig = dir.join("kubeconfig");
-    let mut router = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_shard-router"))
-            .args(["--etcd-endpoints", &etcd.endpoint, "--shards", "2", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut pids = vec![router.0.id()];
-    let mut shard_urls = Vec::new();
-    let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("router printed its address").unwrap();
-        if let Some(rest) = line.strip_prefix("shard ") {
-            // "shard {i} pid {pid} {url}"
-            let words: Vec<&str> = rest.split_whitespace().collect();
-            pids.push(words[2].parse().unwrap());
-            shard_urls.push(words[3].to_owned());
-        }
-        if let Some(a) = line.strip_prefix("listening on ") {
-            break a.to_owned();
-        }
-    };
+    let started = spawn_topology(&etcd.endpoint, 2, &kubeconfig);
+    let pids: Vec<u32> = std::iter::once(started.process.0.id()).chain(started.shards.iter().map(|(pid, _)| *pid)).collect();
+    let shard_urls: Vec<String> = started.shards.iter().map(|(_, url)| url.clone()).collect();
+    let addr = started.addr.clone();
     let r = TestShard::attach(format!("http://{addr}"), addr.parse().unwrap());
     wait_for(Duration::from_secs(60), || async { client().get(format!("{}/readyz", r.url)).send().await.is_ok_and(|x| x.status() == 200) }).await;
     wait_for(Duration::from_secs(10), || async { r.get("/api/v1/namespaces/default").await.0 == 200 }).await;

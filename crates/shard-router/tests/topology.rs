@@ -3,70 +3,22 @@
 //! running after SIGTERM.
 
 
+mod common;
+
+use common::{processes_with, send_signal, spawn_topology, KillOnDrop};
 use shardplane_testkit::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Kills the router if the test ends early (a failed assertion), so no process outlives it; its
-/// shards die with it (they are killed on drop by the router, or orphaned and then killed here).
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The real binary starting 2 shards on `etcd`, writing `kubeconfig`.
-fn spawn_router(etcd: &str, kubeconfig: &std::path::Path) -> KillOnDrop {
-    spawn_router_with(etcd, kubeconfig, 2)
-}
-
-/// The real binary starting `k` shards on `etcd`, writing `kubeconfig`.
-fn spawn_router_with(etcd: &str, kubeconfig: &std::path::Path, k: u32) -> KillOnDrop {
-    KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_shard-router"))
-            .args(["--etcd-endpoints", etcd, "--shards", &k.to_string(), "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    )
-}
-
-/// shard-router processes (router or shard) whose command line mentions `needle`.
-fn processes_with(needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
-                let c = String::from_utf8_lossy(&c);
-                c.contains("shard-router") && c.contains(needle)
-            })
-        })
-        .collect()
-}
 
 #[tokio::test]
 async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     let etcd = Etcd::start().await;
     let dir = std::env::temp_dir().join(format!("shardplane-topology-{}", uuid::Uuid::new_v4()));
     let kubeconfig = dir.join("kubeconfig");
-    let mut router = spawn_router(&etcd.endpoint, &kubeconfig);
-    let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
-    let mut pids = Vec::new();
-    let addr = loop {
-        let line = lines.next().expect("router printed its address").unwrap();
-        if let Some(rest) = line.strip_prefix("shard ") {
-            pids.push(rest.split_whitespace().nth(2).unwrap().parse::<i32>().unwrap());
-        }
-        if let Some(a) = line.strip_prefix("listening on ") {
-            break a.to_owned();
-        }
-    };
+    let started = spawn_topology(&etcd.endpoint, 2, &kubeconfig);
+    let pids: Vec<u32> = started.shards.iter().map(|(pid, _)| *pid).collect();
+    let (mut router, addr) = (started.process, started.addr);
     assert_eq!(pids.len(), 2);
     assert_eq!(processes_with(&etcd.endpoint).len(), 3, "router and two shard processes");
     let r = TestShard::attach(format!("http://{addr}"), addr.parse().unwrap());
@@ -120,7 +72,7 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     assert_eq!(url_of(&after, "shard-1"), url_of(&before, "shard-1"));
 
     // SIGTERM: the router stops its shards and exits.
-    send_signal(router.0.id() as i32, 15);
+    send_signal(router.0.id(), 15);
     let deadline = Instant::now() + Duration::from_secs(20);
     while router.0.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "router did not exit after SIGTERM");
@@ -129,13 +81,11 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
     assert_eq!(processes_with(&etcd.endpoint), Vec::<u32>::new(), "shard processes left running");
 
     // A router killed outright (SIGKILL, no chance to clean up) still leaves no shard behind.
-    let mut router = spawn_router(&etcd.endpoint, &kubeconfig);
-    let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
-    while !lines.next().expect("router output").unwrap().starts_with("listening on ") {}
+    let mut router = spawn_topology(&etcd.endpoint, 2, &kubeconfig).process;
     assert_eq!(processes_with(&etcd.endpoint).len(), 3);
     // Same shard count on restart: same ownership, same epoch.
     assert_eq!(storage.load_range_map().await.unwrap().unwrap().map.epoch, 1);
-    send_signal(router.0.id() as i32, 9);
+    send_signal(router.0.id(), 9);
     let _ = router.0.wait();
     let deadline = Instant::now() + Duration::from_secs(20);
     while !processes_with(&etcd.endpoint).is_empty() {
@@ -147,23 +97,15 @@ async fn local_topology_serves_restarts_shards_and_stops_cleanly() {
 
 /// Starts the router over `k` shards and waits until it serves; returns it and a client.
 async fn router_over(etcd: &str, kubeconfig: &std::path::Path, k: u32) -> (KillOnDrop, TestShard) {
-    let mut router = spawn_router_with(etcd, kubeconfig, k);
-    let mut lines = BufReader::new(router.0.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("router printed its address").unwrap();
-        if let Some(a) = line.strip_prefix("listening on ") {
-            break a.to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let r = TestShard::attach(format!("http://{addr}"), addr.parse().unwrap());
+    let started = spawn_topology(etcd, k, kubeconfig);
+    let r = TestShard::attach(started.url(), started.addr.parse().unwrap());
     wait_for(Duration::from_secs(30), || async { client().get(format!("{}/readyz", r.url)).send().await.is_ok_and(|x| x.status() == 200) }).await;
-    (router, r)
+    (started.process, r)
 }
 
 /// Stops the router with SIGTERM and waits for it to exit.
 fn stop_router(router: &mut KillOnDrop) {
-    send_signal(router.0.id() as i32, 15);
+    send_signal(router.0.id(), 15);
     let deadline = Instant::now() + Duration::from_secs(20);
     while router.0.try_wait().unwrap().is_none() {
         assert!(Instant::now() < deadline, "router did not exit after SIGTERM");
@@ -207,12 +149,6 @@ async fn the_local_topology_grows_and_shrinks_with_the_shard_count_across_restar
         assert!(members.shards.is_empty(), "run {run}: member keys outlive their shards: {:?}", members.shards.iter().map(|m| &m.id).collect::<Vec<_>>());
     }
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Sends a signal with the `kill` command (no libc dependency in tests).
-fn send_signal(pid: i32, signal: i32) {
-    let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
-    assert!(status.success());
 }
 
 /// The default namespace's ConfigMaps (name, resourceVersion), sorted, once `r` is ready.
@@ -284,12 +220,12 @@ async fn the_embedded_store_keeps_everything_across_a_kill() {
 
     let mut want = written.clone();
     want.sort();
-    send_signal(first.0.id() as i32, 9);
+    send_signal(first.0.id(), 9);
     let _ = first.0.wait();
     let (mut on_socket, r) = restart("kc3");
     assert_eq!(configmaps_when_ready(&r).await, want, "every acknowledged write, at its resourceVersion");
     // Killed again: the socket file stays behind, and the next start replaces it.
-    send_signal(on_socket.0.id() as i32, 9);
+    send_signal(on_socket.0.id(), 9);
     let _ = on_socket.0.wait();
     assert!(socket.exists(), "SIGKILL leaves the socket file");
     let (_again, r) = restart("kc4");

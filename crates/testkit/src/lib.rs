@@ -291,3 +291,22 @@ pub fn workspace_binary(name: &str) -> std::path::PathBuf {
     assert!(path.exists(), "{} missing after cargo build --bin {name}", path.display());
     path
 }
+
+/// Runs `shardctl --etcd-endpoints endpoint args…` and returns what it printed, failing the test
+/// if it fails (off the runtime's thread: a server under test may serve on it).
+pub async fn shardctl(endpoint: &str, args: &[&str]) -> String {
+    let (endpoint, args): (String, Vec<String>) = (endpoint.to_owned(), args.iter().map(|a| a.to_string()).collect());
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(workspace_binary("shardctl")).arg("--etcd-endpoints").arg(&endpoint).args(&args).output().unwrap();
+        assert!(out.status.success(), "shardctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// `/readyz` of the server at `url`: its status and the check lines.
+pub async fn readyz(url: &str) -> (u16, String) {
+    let r = client().get(format!("{url}/readyz")).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}

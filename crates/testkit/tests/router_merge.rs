@@ -397,3 +397,31 @@ async fn a_merged_watch_outlives_the_shards_own_watch_timeouts_with_no_gap_or_re
     }
     assert_eq!(changes(&mut w, want.len()).await, want);
 }
+
+/// A watch without a resourceVersion over more objects than one page of its initial state
+/// (the router reads that state a page at a time, RFC 0003): every object exactly once, in key
+/// order, then a change made while the state was being sent, then nothing else.
+#[tokio::test]
+async fn a_watch_without_a_resource_version_sends_a_state_of_many_pages_whole_then_the_changes() {
+    let c = cluster(3).await;
+    let r = &c.router;
+    r.namespace("bulk").await;
+    let mut want: Vec<String> = (0..1_100).map(|i| format!("o{i:05}")).collect();
+    use futures::StreamExt;
+    let posts = futures::stream::iter(want.clone()).map(|n| async move { r.post("/api/v1/namespaces/bulk/configmaps", &configmap(&n, json!({}))).await.0 }).buffer_unordered(16);
+    assert!(posts.collect::<Vec<u16>>().await.iter().all(|c| *c == 201));
+    want.sort();
+    let mut w = r.watch("/api/v1/namespaces/bulk/configmaps?watch=1").await;
+    let (_, during) = r.post("/api/v1/namespaces/bulk/configmaps", &configmap("during", json!({}))).await;
+    let mut initial = Vec::new();
+    while initial.len() < want.len() {
+        let e = w.next_change(T).await.unwrap_or_else(|| panic!("the watch ended after {} initial events", initial.len()));
+        assert_eq!(e["type"], "ADDED", "{e}");
+        initial.push(e["object"]["metadata"]["name"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(initial, want, "the initial state, each object once, in key order");
+    // The write made once the watch had answered (its state's revision was fixed by then):
+    // after the state, at its own resourceVersion.
+    let e = w.next_change(T).await.expect("the change made meanwhile");
+    assert_eq!((e["type"].as_str(), e["object"]["metadata"]["name"].as_str(), rv(&e["object"])), (Some("ADDED"), Some("during"), rv(&during)));
+}

@@ -12,23 +12,6 @@ use std::time::Duration;
 const QUOTA: &str = "8388608"; // 8 MiB
 const CM: &str = "/api/v1/namespaces/space/configmaps";
 
-async fn readyz(url: &str) -> (u16, String) {
-    let r = client().get(format!("{url}/readyz")).send().await.unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
-/// Runs shardctl (off the runtime's thread: the shard under test serves on it).
-async fn shardctl(endpoint: &str, args: &[&str]) -> String {
-    let (endpoint, args): (String, Vec<String>) = (endpoint.to_owned(), args.iter().map(|a| a.to_string()).collect());
-    tokio::task::spawn_blocking(move || {
-        let out = std::process::Command::new(workspace_binary("shardctl")).arg("--etcd-endpoints").arg(&endpoint).args(&args).output().unwrap();
-        assert!(out.status.success(), "shardctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    })
-    .await
-    .unwrap()
-}
-
 #[tokio::test]
 async fn a_full_store_raises_the_alarm_where_operators_look_and_recovers_with_nothing_lost() {
     // The same drill on etcd and on the embedded store (which keeps etcd's quota and alarm).

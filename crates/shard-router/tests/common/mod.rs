@@ -1,0 +1,103 @@
+//! What the process-level tests share: `shard-router` started as a user starts it, read for
+//! what it prints, and killed when the test ends however it ends.
+
+#![allow(dead_code)] // each test binary uses its own part of this
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// A process killed when the test ends, however it ends (a failed assertion included).
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A started `shard-router` (a router with its shards, or one shard) and what it printed
+/// before it listened.
+pub struct Started {
+    pub process: KillOnDrop,
+    /// The address it listens on (`127.0.0.1:port`).
+    pub addr: String,
+    /// The shard processes a router started: (pid, url), in the order it printed them.
+    pub shards: Vec<(u32, String)>,
+}
+
+impl Started {
+    /// `http://` and its address.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+/// Starts `shard-router` with `args` and reads its output until it listens; the rest of its
+/// output is drained so it never blocks on a full pipe.
+pub fn spawn(args: &[&str]) -> Started {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shard-router")).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut shards = Vec::new();
+    let addr = loop {
+        let line = lines.next().expect("the process printed its address").unwrap();
+        if let Some(rest) = line.strip_prefix("shard ") {
+            // "shard {i} pid {pid} {url}"
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            shards.push((words[2].parse().unwrap(), words[3].to_owned()));
+        }
+        if let Some(a) = line.strip_prefix("listening on ") {
+            break a.to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    Started { process: KillOnDrop(child), addr, shards }
+}
+
+/// `shard-router --shards k` on `etcd`, writing `kubeconfig`: the local topology a user runs.
+pub fn spawn_topology(etcd: &str, k: u32, kubeconfig: &std::path::Path) -> Started {
+    spawn(&["--etcd-endpoints", etcd, "--shards", &k.to_string(), "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
+}
+
+/// Sends a signal with the `kill` command (no libc dependency in tests).
+pub fn send_signal(pid: u32, signal: i32) {
+    let status = Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()).status().unwrap();
+    assert!(status.success());
+}
+
+/// The resident memory of `pid` in MiB (0 once it is gone).
+pub fn rss_mib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status")).ok().and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())).unwrap_or(0) / 1024
+}
+
+/// shard-router processes (router or shard) whose command line mentions `needle`.
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("shard-router") && c.contains(needle)
+            })
+        })
+        .collect()
+}
+
+/// The loopback TCP ports `pid` listens on (its socket inodes matched in /proc/net/tcp), for a
+/// process started on port 0 whose output the test does not see.
+pub fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok()?.to_str()?.strip_prefix("socket:[")?.strip_suffix(']').map(str::to_owned)).collect())
+        .unwrap_or_default();
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local address, state (0A: LISTEN), inode
+            (f.len() > 9 && f[3] == "0A" && inodes.iter().any(|i| i == f[9])).then(|| u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok()).flatten()
+        })
+        .collect()
+}
