@@ -24,6 +24,10 @@ use tokio_util::sync::CancellationToken;
 /// resource's cache) to catch up before it is answered, on shard and router alike.
 pub const CATCH_UP: Duration = Duration::from_secs(3);
 
+/// How recently etcd must have confirmed the catalog (a list, a change or a progress mark) for
+/// [`Follower::current`] to answer from it without a store round trip.
+pub const FRESH: Duration = Duration::from_secs(1);
+
 /// The served resources as of one storage revision.
 #[derive(Debug)]
 pub struct Catalog {
@@ -88,6 +92,31 @@ pub struct Follower {
     want_progress: Arc<Notify>,
     /// etcd's revision, read for many callers at once.
     revisions: Arc<SharedRevisionReads>,
+    /// When etcd last confirmed the catalog, and the CRD writes noted ([`Follower::current`]).
+    freshness: Arc<Freshness>,
+}
+
+/// What [`Follower::current`] needs to answer without a store round trip.
+struct Freshness {
+    /// The follower's start: `heard` counts from it.
+    born: std::time::Instant,
+    /// Milliseconds after `born` when etcd last confirmed the catalog.
+    heard: std::sync::atomic::AtomicU64,
+    /// CRD writes this process acknowledged ([`Follower::note_write`]).
+    notes: std::sync::atomic::AtomicU64,
+    /// How many of them a catalog caught up with etcd has been seen to include.
+    confirmed: std::sync::atomic::AtomicU64,
+}
+
+impl Freshness {
+    fn heard_now(&self) {
+        self.heard.fetch_max(self.born.elapsed().as_millis() as u64, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How long ago etcd last confirmed the catalog.
+    fn age(&self) -> Duration {
+        self.born.elapsed().saturating_sub(Duration::from_millis(self.heard.load(std::sync::atomic::Ordering::SeqCst)))
+    }
 }
 
 /// Reads of etcd's current revision shared by the callers that arrive together: a caller takes
@@ -130,9 +159,40 @@ impl Follower {
     pub fn start(storage: Storage, shutdown: CancellationToken) -> Self {
         let (tx, rx) = watch::channel(Arc::new(Catalog::builtin()));
         let want_progress = Arc::new(Notify::new());
-        tokio::spawn(follow(storage.clone(), tx, want_progress.clone(), shutdown));
+        let freshness = Arc::new(Freshness { born: std::time::Instant::now(), heard: Default::default(), notes: Default::default(), confirmed: Default::default() });
+        tokio::spawn(follow(storage.clone(), tx, want_progress.clone(), freshness.clone(), shutdown));
         let revisions = Arc::new(SharedRevisionReads { last: tokio::sync::Mutex::new((0, None)), started: Default::default() });
-        Self { rx, storage, want_progress, revisions }
+        Self { rx, storage, want_progress, revisions, freshness }
+    }
+
+    /// Notes a CRD write this process has just acknowledged: until a catalog caught up with
+    /// etcd is seen, [`Follower::current`] does not answer from the catalog as it stands, so
+    /// the writer's next request sees the write.
+    pub fn note_write(&self) {
+        self.freshness.notes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The catalog a request for a resource not served is answered from, without a store round
+    /// trip when etcd confirmed the catalog within [`FRESH`] (it is asked to confirm again as
+    /// the confirmation ages) and every CRD write this process acknowledged is known to be in
+    /// it; else [`Follower::caught_up`]. What it may miss is a CRD change made through another
+    /// process within about [`FRESH`], which a client sees as upstream's servers show it: once
+    /// their own informer has it.
+    pub async fn current(&self, within: Duration) -> Arc<Catalog> {
+        use std::sync::atomic::Ordering;
+        let notes = self.freshness.notes.load(Ordering::SeqCst);
+        let age = self.freshness.age();
+        if age > FRESH / 2 {
+            self.want_progress.notify_one();
+        }
+        if age <= FRESH && self.freshness.confirmed.load(Ordering::SeqCst) >= notes {
+            return self.now();
+        }
+        let (catalog, reached) = self.caught_up_to(within).await;
+        if reached {
+            self.freshness.confirmed.fetch_max(notes, Ordering::SeqCst);
+        }
+        catalog
     }
 
     /// The catalog now.
@@ -148,18 +208,23 @@ impl Follower {
     /// The catalog once it reflects every CRD change committed before this call, or the latest
     /// one after `within` (storage unreachable, or the follow loop relisting).
     pub async fn caught_up(&self, within: Duration) -> Arc<Catalog> {
-        let Some(target) = self.revisions.current(&self.storage).await else { return self.now() };
+        self.caught_up_to(within).await.0
+    }
+
+    /// [`Follower::caught_up`], and whether the catalog did catch up.
+    async fn caught_up_to(&self, within: Duration) -> (Arc<Catalog>, bool) {
+        let Some(target) = self.revisions.current(&self.storage).await else { return (self.now(), false) };
         let mut rx = self.rx.clone();
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let now = rx.borrow_and_update().clone();
             if now.revision >= target {
-                return now;
+                return (now, true);
             }
             self.want_progress.notify_one();
             tokio::select! {
-                changed = rx.changed() => if changed.is_err() { return self.now() },
-                _ = tokio::time::sleep_until(deadline) => return self.now(),
+                changed = rx.changed() => if changed.is_err() { return (self.now(), false) },
+                _ = tokio::time::sleep_until(deadline) => return (self.now(), false),
                 // A progress request can be lost while etcd is still sending history: ask again.
                 _ = tokio::time::sleep(Duration::from_millis(50)) => {}
             }
@@ -169,7 +234,7 @@ impl Follower {
 
 /// Follows the CRDs (listed, then watched; listed again after a second on any failure),
 /// publishing a catalog for every change and every progress mark past the last one.
-async fn follow(storage: Storage, tx: watch::Sender<Arc<Catalog>>, want_progress: Arc<Notify>, shutdown: CancellationToken) {
+async fn follow(storage: Storage, tx: watch::Sender<Arc<Catalog>>, want_progress: Arc<Notify>, freshness: Arc<Freshness>, shutdown: CancellationToken) {
     let (start, end) = crd_keys();
     let mut crds: Arc<BTreeMap<String, Value>> = Arc::default();
     let options = FollowOptions { progress: Some(want_progress), ..FollowOptions::fixed("CustomResourceDefinitions", Duration::from_secs(1), shutdown) };
@@ -200,6 +265,8 @@ async fn follow(storage: Storage, tx: watch::Sender<Arc<Catalog>>, want_progress
                 tx.send_replace(Arc::new(Catalog::from_crds(last, crds.clone())));
             }
         }
+        // Confirmed once what etcd said is published.
+        freshness.heard_now();
         Ok(())
     })
     .await;

@@ -12,7 +12,9 @@ use axum::Router;
 use bytes::Bytes;
 use serde_json::Value;
 use shardplane_apimachinery::list_options::ListOptions;
-use shardplane_apimachinery::meta;
+use shardplane_apimachinery::request_path::Target;
+use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::{kind_rules, meta};
 use shardplane_apimachinery::{request_path, ApiError};
 use shardplane_http::limits::InflightLimits;
 use shardplane_http::metrics::Metrics;
@@ -123,11 +125,42 @@ async fn route_request(State(app): State<App>, ctx: RequestContext) -> Reply {
 async fn route(app: &App, ctx: RequestContext) -> Result<Response<Body>, ApiError> {
     let shards = &app.shards;
     let pq = ctx.path_and_query();
-    let (method, headers, query) = (&ctx.method, &ctx.headers, ctx.query.raw());
+    let (method, headers) = (&ctx.method, &ctx.headers);
     let Some(t) = ctx.target.clone() else {
+        // A group, version or resource under /apis/ the catalog does not serve (looked up as
+        // the prologue's target was): 404 here, as a shard answers it, at no store round trip.
+        if unserved_api_path(&ctx.path, &shards.catalog.now().resources) {
+            return Err(ApiError::path_not_found());
+        }
         // Discovery, OpenAPI and /version are the same on every shard.
         return shards.forward(&shards.urls()[0], &Forwarded { method, path_and_query: &pq, headers, body: ctx.body.clone() }).await;
     };
+    let answer = route_resource(app, &ctx, &t, &pq).await;
+    // A CRD written through this router is served by it from the writer's next request on.
+    if kind_rules::is_crd(&t.info) && method != Method::GET && answer.as_ref().is_ok_and(|r| r.status().is_success()) {
+        shards.catalog.note_write();
+    }
+    answer
+}
+
+/// A path under `/apis/` naming a group, a group version or anything below one that none of
+/// `resources` is in (what a shard answers 404; discovery of a served group goes on to one).
+fn unserved_api_path(path: &str, resources: &[Arc<ResourceInfo>]) -> bool {
+    let Some(rest) = path.strip_prefix("/apis/") else { return false };
+    let mut segments = rest.split('/').filter(|s| !s.is_empty());
+    match (segments.next(), segments.next(), segments.next()) {
+        (None, _, _) => false,
+        (Some(g), None, _) => !resources.iter().any(|r| r.group == g),
+        (Some(g), Some(v), None) => !resources.iter().any(|r| r.group == g && r.version == v),
+        // Below a group version: the prologue found no resource there.
+        (Some(_), Some(_), Some(_)) => true,
+    }
+}
+
+/// A request for a resource the catalog serves, routed to the shards that hold it.
+async fn route_resource(app: &App, ctx: &RequestContext, t: &Target, pq: &str) -> Result<Response<Body>, ApiError> {
+    let shards = &app.shards;
+    let (method, headers, query) = (&ctx.method, &ctx.headers, ctx.query.raw());
     let ns = t.namespace.clone().unwrap_or_default();
     match (method, t.name.as_deref()) {
         (&Method::GET, None) => {
@@ -137,7 +170,7 @@ async fn route(app: &App, ctx: RequestContext) -> Result<Response<Body>, ApiErro
                 let gauge = app.surface.metrics.watchers.with_label_values(&[&t.info.group, &t.info.version, &t.info.kind]);
                 shards.routed(|| watch::watch(shards.clone(), t.clone(), o.clone(), &ctx.query, headers, gauge.clone())).await
             } else {
-                shards.routed(|| list::list(shards, &t, &o, &ctx.query, headers)).await
+                shards.routed(|| list::list(shards, t, &o, &ctx.query, headers)).await
             }
         }
         (&Method::POST, None) => {
@@ -158,15 +191,15 @@ async fn route(app: &App, ctx: RequestContext) -> Result<Response<Body>, ApiErro
                     }
                 }
             }
-            let request = Forwarded { method, path_and_query: &pq, headers: &fwd_headers, body: ctx.body.clone() };
+            let request = Forwarded { method, path_and_query: pq, headers: &fwd_headers, body: ctx.body.clone() };
             shards.routed(|| shards.forward_to_owner(&t.info, &ns, &name, &request)).await
         }
         (&Method::DELETE, None) => {
             // Every shard deletes what it owns; the answer lists everything deleted.
-            shards.routed(|| delete_collection(shards, &pq, headers, ctx.body.clone())).await
+            shards.routed(|| delete_collection(shards, pq, headers, ctx.body.clone())).await
         }
         (_, Some(name)) => {
-            let request = Forwarded { method, path_and_query: &pq, headers, body: ctx.body.clone() };
+            let request = Forwarded { method, path_and_query: pq, headers, body: ctx.body.clone() };
             shards.routed(|| shards.forward_to_owner(&t.info, &ns, name, &request)).await
         }
         (m, None) => Err(ApiError::method_not_allowed(&m.as_str().to_ascii_lowercase(), &t.info.group, &t.info.plural)),

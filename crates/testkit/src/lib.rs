@@ -310,3 +310,10 @@ pub async fn readyz(url: &str) -> (u16, String) {
     let r = client().get(format!("{url}/readyz")).send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
 }
+
+/// How many Range calls the etcd at `endpoint` has served (its own Prometheus metrics): what a
+/// test reads to show that something cost the store nothing.
+pub async fn etcd_range_calls(endpoint: &str) -> f64 {
+    let text = client().get(format!("{endpoint}/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines().filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains("grpc_method=\"Range\"")).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
