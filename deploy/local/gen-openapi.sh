@@ -18,9 +18,26 @@ import json, sys, zipfile
 wheel, out = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(wheel) as z:
     defs = json.loads(z.read("kubernetes_validate/kubernetes-json-schema/v1.33.0-local/_definitions.json"))["$defs"]
-roots = [f"io.k8s.api.core.v1.{k}" for k in ["Namespace", "ConfigMap", "Secret", "Pod", "Service", "Endpoints", "ServiceAccount", "Event", "PodTemplate", "ReplicationController"]]
-roots += ["io.k8s.api.coordination.v1.Lease", "io.k8s.api.batch.v1.Job"]
-roots += [f"io.k8s.api.apps.v1.{k}" for k in ["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"]]
+core = ["Namespace", "ConfigMap", "Secret", "Pod", "Service", "Endpoints", "ServiceAccount", "Event", "PodTemplate", "ReplicationController",
+        "Node", "PersistentVolume", "PersistentVolumeClaim", "ResourceQuota", "LimitRange", "Binding"]
+roots = [f"io.k8s.api.core.v1.{k}" for k in core]
+roots += [f"io.k8s.api.{g}.{k}" for g, kinds in {
+    "apps.v1": ["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision"],
+    "batch.v1": ["Job", "CronJob"],
+    "coordination.v1": ["Lease"],
+    "autoscaling.v1": ["HorizontalPodAutoscaler", "Scale"],
+    "autoscaling.v2": ["HorizontalPodAutoscaler"],
+    "policy.v1": ["PodDisruptionBudget", "Eviction"],
+    "rbac.v1": ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"],
+    "discovery.v1": ["EndpointSlice"],
+    "events.v1": ["Event"],
+    "networking.v1": ["Ingress", "IngressClass", "NetworkPolicy", "ServiceCIDR", "IPAddress"],
+    "node.v1": ["RuntimeClass"],
+    "scheduling.v1": ["PriorityClass"],
+    "storage.v1": ["StorageClass", "CSIDriver", "CSINode", "CSIStorageCapacity", "VolumeAttachment"],
+    "certificates.v1": ["CertificateSigningRequest"],
+    "flowcontrol.v1": ["FlowSchema", "PriorityLevelConfiguration"],
+}.items() for k in kinds]
 roots += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition"]
 roots += [f"io.k8s.apimachinery.pkg.apis.meta.v1.{k}" for k in ["DeleteOptions", "Status"]]
 REF = "#/$defs/"

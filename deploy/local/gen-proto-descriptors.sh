@@ -5,7 +5,7 @@
 # Source: the upstream generated.proto files as Debian trixie packages them
 # (golang-k8s-api-dev, golang-k8s-apimachinery-dev, Kubernetes 0.32.3), and gnostic's
 # OpenAPIv2.proto (golang-github-google-gnostic-models-dev, for the protobuf /openapi/v2 that
-# kubectl 1.27 and 1.28 validate against), compiled with protoc.
+# kubectl 1.27 and 1.28 validate against), compiled with protox.
 # The result is committed, so building shardplane needs neither the Go packages nor this script.
 # Run it again when a served API group is added.
 set -euo pipefail
@@ -13,29 +13,33 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bash "$root/deploy/local/install-deps.sh" >/dev/null   # the trixie source list
-# protoc and the well-known types' .proto files: only this regeneration uses them (the build
-# compiles etcd's .proto files with protox, RFC 0009), so only this script installs them.
-if ! command -v protoc >/dev/null 2>&1 || [ ! -f /usr/include/google/protobuf/descriptor.proto ]; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends protobuf-compiler libprotobuf-dev >/dev/null
+# The compiler: protox (the Rust protobuf compiler the build already uses, RFC 0009), installed
+# here once; bookworm's protoc conflicts with the trixie protobuf headers the build installs.
+# Only this regeneration uses it.
+protox="${PROTOX:-$HOME/.cargo/bin/protox}"
+if [ ! -x "$protox" ]; then
+  cargo install -q protox --version 0.10.0 --features bin
 fi
 (cd "$work" && apt-get download -qq golang-k8s-api-dev/trixie golang-k8s-apimachinery-dev/trixie golang-github-google-gnostic-models-dev/trixie 2>/dev/null)
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/root"; done
 src="$work/root/usr/share/gocode/src"
-protoc --proto_path="$src" --proto_path=/usr/include --include_imports --descriptor_set_out="$root/crates/apimachinery/proto/kubernetes.fds" \
-  k8s.io/api/core/v1/generated.proto \
-  k8s.io/api/apps/v1/generated.proto \
-  k8s.io/api/batch/v1/generated.proto \
-  k8s.io/api/coordination/v1/generated.proto \
+# Every served group's API package (k8s.io/api/<group>/<version>), as one list for the compiler and the
+# omitempty scan below.
+groups="core/v1 apps/v1 batch/v1 coordination/v1 autoscaling/v1 autoscaling/v2 policy/v1 rbac/v1 discovery/v1 events/v1 networking/v1 node/v1 scheduling/v1 storage/v1 certificates/v1 flowcontrol/v1"
+protos=()
+for g in $groups; do protos+=("k8s.io/api/$g/generated.proto"); done
+"$protox" --proto_path="$src" --proto_path=/usr/include --include_imports --descriptor_set_out="$root/crates/apimachinery/proto/kubernetes.fds" \
+  "${protos[@]}" \
   k8s.io/apimachinery/pkg/runtime/generated.proto \
   k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto \
   github.com/google/gnostic-models/openapiv2/OpenAPIv2.proto
 # Go's JSON encoder drops zero values of non-pointer scalar fields tagged omitempty, while its
 # protobuf marshaller always writes them. List those fields (from the Go types beside each
 # generated.proto) so the decoder can drop the zeros too and store what a JSON body would store.
-python3 - "$src" "$root/crates/apimachinery/proto/omitempty-scalars.txt" <<'PY'
+python3 - "$src" "$root/crates/apimachinery/proto/omitempty-scalars.txt" $groups <<'PY'
 import os, re, sys
 src, out = sys.argv[1], sys.argv[2]
-dirs = ["k8s.io/api/core/v1", "k8s.io/api/apps/v1", "k8s.io/api/batch/v1", "k8s.io/api/coordination/v1", "k8s.io/apimachinery/pkg/apis/meta/v1"]
+dirs = [f"k8s.io/api/{g}" for g in sys.argv[3:]] + ["k8s.io/apimachinery/pkg/apis/meta/v1"]
 field_re = re.compile(r'^\s*(\w+)\s+([^\s`]+)\s+`json:"([^"]*)".*?protobuf:"[^"]*name=(\w+)')
 entries = set()
 for d in dirs:

@@ -138,8 +138,14 @@ where
 
 /// Every resource a shard serves, in discovery order.
 pub fn builtin_resources() -> Vec<ResourceInfo> {
-    use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, coordination::v1 as coord, core::v1 as core};
+    use k8s_openapi::api::{apps::v1 as apps, autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certificates, coordination::v1 as coord, core::v1 as core};
+    use k8s_openapi::api::{discovery::v1 as discovery, flowcontrol::v1 as flowcontrol, networking::v1 as networking, node::v1 as node, policy::v1 as policy};
+    use k8s_openapi::api::{rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+    // What upstream's registries say of each (pkg/registry/<group>/<resource>: ShortNames,
+    // Categories, a status store, ReturnDeletedObject, AllowCreateOnUpdate, GetAttrs' fields).
+    let status = Extra { has_status: true, ..Extra::PLAIN };
+    let rbac_object = Extra { allow_create_on_update: true, name_rule: NameRule::PathSegment, ..Extra::PLAIN };
     vec![
         builtin::<core::Namespace>(Extra {
             short_names: &["ns"],
@@ -178,7 +184,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             ..Extra::PLAIN
         }),
         builtin::<core::Endpoints>(Extra { short_names: &["ep"], allow_create_on_update: true, ..Extra::PLAIN }),
-        builtin::<core::ServiceAccount>(Extra { short_names: &["sa"], ..Extra::PLAIN }),
+        builtin::<core::ServiceAccount>(Extra { short_names: &["sa"], returns_deleted_object: true, ..Extra::PLAIN }),
         builtin::<core::Event>(Extra {
             short_names: &["ev"],
             allow_create_on_update: true,
@@ -200,12 +206,41 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         }),
         builtin::<core::PodTemplate>(Extra::PLAIN),
         builtin::<core::ReplicationController>(Extra { short_names: &["rc"], selectable_fields: &["status.replicas"], ..Extra::WORKLOAD }),
+        builtin::<core::Node>(Extra { short_names: &["no"], selectable_fields: &["spec.unschedulable"], ..status }),
+        builtin::<core::PersistentVolume>(Extra { short_names: &["pv"], returns_deleted_object: true, ..status }),
+        builtin::<core::PersistentVolumeClaim>(Extra { short_names: &["pvc"], returns_deleted_object: true, ..status }),
+        builtin::<core::ResourceQuota>(Extra { short_names: &["quota"], ..status }),
+        builtin::<core::LimitRange>(Extra { short_names: &["limits"], ..Extra::PLAIN }),
         builtin::<coord::Lease>(Extra { allow_create_on_update: true, ..Extra::PLAIN }),
         builtin::<apps::Deployment>(Extra { short_names: &["deploy"], ..Extra::WORKLOAD }),
         builtin::<apps::ReplicaSet>(Extra { short_names: &["rs"], selectable_fields: &["status.replicas"], ..Extra::WORKLOAD }),
         builtin::<apps::StatefulSet>(Extra { short_names: &["sts"], ..Extra::WORKLOAD }),
         builtin::<apps::DaemonSet>(Extra { short_names: &["ds"], ..Extra::WORKLOAD }),
+        builtin::<apps::ControllerRevision>(Extra::PLAIN),
         builtin::<batch::Job>(Extra { selectable_fields: &["status.successful"], ..Extra::WORKLOAD }),
+        builtin::<batch::CronJob>(Extra { short_names: &["cj"], ..Extra::WORKLOAD }),
+        builtin::<autoscaling::HorizontalPodAutoscaler>(Extra { short_names: &["hpa"], categories: &["all"], ..status }),
+        builtin::<policy::PodDisruptionBudget>(Extra { short_names: &["pdb"], tracks_generation: true, ..status }),
+        builtin::<rbac::Role>(rbac_object),
+        builtin::<rbac::ClusterRole>(rbac_object),
+        builtin::<rbac::RoleBinding>(rbac_object),
+        builtin::<rbac::ClusterRoleBinding>(rbac_object),
+        builtin::<discovery::EndpointSlice>(Extra::PLAIN),
+        builtin::<networking::Ingress>(Extra { short_names: &["ing"], tracks_generation: true, ..status }),
+        builtin::<networking::IngressClass>(Extra::PLAIN),
+        builtin::<networking::NetworkPolicy>(Extra { short_names: &["netpol"], tracks_generation: true, ..Extra::PLAIN }),
+        builtin::<networking::ServiceCIDR>(Extra { ..status }),
+        builtin::<networking::IPAddress>(Extra { short_names: &["ip"], ..Extra::PLAIN }),
+        builtin::<node::RuntimeClass>(Extra::PLAIN),
+        builtin::<scheduling::PriorityClass>(Extra { short_names: &["pc"], ..Extra::PLAIN }),
+        builtin::<storage::StorageClass>(Extra { short_names: &["sc"], returns_deleted_object: true, ..Extra::PLAIN }),
+        builtin::<storage::CSIDriver>(Extra::PLAIN),
+        builtin::<storage::CSINode>(Extra::PLAIN),
+        builtin::<storage::CSIStorageCapacity>(Extra::PLAIN),
+        builtin::<storage::VolumeAttachment>(Extra { ..status }),
+        builtin::<certificates::CertificateSigningRequest>(Extra { short_names: &["csr"], selectable_fields: &["spec.signerName"], ..status }),
+        builtin::<flowcontrol::FlowSchema>(Extra { tracks_generation: true, ..status }),
+        builtin::<flowcontrol::PriorityLevelConfiguration>(Extra { tracks_generation: true, ..status }),
         builtin::<apiextensions::CustomResourceDefinition>(Extra {
             short_names: &["crd", "crds"],
             categories: &["api-extensions"],
