@@ -37,48 +37,6 @@ pub async fn run(shard: Arc<Shard>, period: Duration) {
     }
 }
 
-/// The namespaces kube-apiserver creates at start-up.
-pub const BOOTSTRAP: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
-
-/// The `default/kubernetes` Service kube-apiserver keeps for in-cluster clients (clients and
-/// conformance tests look for it). Its cluster IP is the first of upstream's default service
-/// range; shardplane allocates no others yet.
-fn kubernetes_service() -> Value {
-    serde_json::json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},
-        "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "type": "ClusterIP", "sessionAffinity": "None",
-                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]},
-    })
-}
-
-/// Creates the bootstrap namespaces and the `default/kubernetes` Service this shard owns, if
-/// absent, as kube-apiserver's bootstrap controller does (retrying until etcd answers).
-pub async fn bootstrap(shard: Arc<Shard>) {
-    let ns_info = shard.builtin("", "namespaces");
-    let svc_info = shard.builtin("", "services");
-    let objects = BOOTSTRAP
-        .iter()
-        .map(|name| (ns_info.clone(), "", *name, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})))
-        .chain([(svc_info, "default", "kubernetes", kubernetes_service())]);
-    for (info, namespace, name, mut obj) in objects {
-        let Ok(key) = shard.owned_key(&info, namespace, name) else { continue };
-        shardplane_apimachinery::strategy::prepare_for_create(&info, &mut obj);
-        loop {
-            match shard.store(&info).create(&key, shardplane_apimachinery::encode::object_bytes(&obj)).await {
-                Ok(_) | Err(shardplane_storage::StorageError::AlreadyExists) => break,
-                Err(e) => {
-                    tracing::warn!(object = name, error = %e, "bootstrap object not created yet; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                        _ = shard.shutdown.cancelled() => return,
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Keeps `terminating` equal to the Terminating namespaces in etcd (name → mod_revision).
 async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>>) {
     let (start, end) = etcd_layout::range_keys("", "namespaces", HashRange::FULL);

@@ -10,13 +10,16 @@ use serde_json::{json, Value};
 /// The namespaces upstream's NamespaceLifecycle admission plugin never lets go.
 pub const IMMORTAL_NAMESPACES: [&str; 3] = ["default", "kube-system", "kube-public"];
 
-/// Upstream's NamespaceLifecycle plugin on a delete: the immortal namespaces may not be deleted
-/// (403 Forbidden, as upstream words it).
+/// What upstream refuses to delete, 403 Forbidden as upstream words it: the immortal
+/// namespaces (its NamespaceLifecycle plugin) and the system priority classes (their storage).
 pub fn validate_delete(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
-    if info.group.is_empty() && info.plural == "namespaces" && IMMORTAL_NAMESPACES.contains(&name) {
-        return Err(ApiError::forbidden("", "namespaces", name, "this namespace may not be deleted"));
+    match (info.group.as_str(), info.plural.as_str()) {
+        ("", "namespaces") if IMMORTAL_NAMESPACES.contains(&name) => Err(ApiError::forbidden("", "namespaces", name, "this namespace may not be deleted")),
+        ("scheduling.k8s.io", "priorityclasses") if crate::kind_rules::SYSTEM_PRIORITY_CLASSES.iter().any(|(n, _, _)| *n == name) => {
+            Err(ApiError::forbidden(&info.group, &info.plural, name, "this is a system priority class and cannot be deleted"))
+        }
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Upstream's DefaultTolerationSeconds admission plugin (on by default): a new pod tolerates

@@ -1,7 +1,4 @@
-//! Per-kind validation rules of upstream's `pkg/apis/core/validation` that clients rely on:
-//! ConfigMap and Secret keys, and the `immutable` field of both; CustomResourceDefinitions'
-//! rules live in [`crate::crd`]. Returns Status causes for a 422,
-//! with upstream's field paths and messages.
+//! ConfigMap and Secret: their keys, what they may hold together, and the `immutable` field.
 
 use crate::resources::ResourceInfo;
 use crate::status::{cause, StatusCause};
@@ -14,16 +11,11 @@ fn is_config_key(k: &str) -> bool {
     !k.is_empty() && k.len() <= CONFIG_KEY_MAX && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) && k != "." && k != ".."
 }
 
-/// Whether `info` is the CustomResourceDefinition resource.
-pub fn is_crd(info: &ResourceInfo) -> bool {
-    info.group == crate::crd::GROUP && info.plural == crate::crd::PLURAL
-}
-
 /// The most bytes a ConfigMap's or Secret's data may hold together (upstream's MaxSecretSize).
 pub const MAX_DATA_BYTES: usize = 1024 * 1024;
 
 /// The data maps of a ConfigMap or Secret, if `info` is one of them.
-fn data_fields(info: &ResourceInfo) -> Option<&'static [&'static str]> {
+pub(super) fn data_fields(info: &ResourceInfo) -> Option<&'static [&'static str]> {
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "configmaps") => Some(&["data", "binaryData"]),
         ("", "secrets") => Some(&["data", "stringData"]),
@@ -31,11 +23,8 @@ fn data_fields(info: &ResourceInfo) -> Option<&'static [&'static str]> {
     }
 }
 
-/// Rules on one object, on create and update.
-pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
-    if is_crd(info) {
-        return crate::crd::validate(obj);
-    }
+/// A ConfigMap's or Secret's keys and size, on create and update.
+pub(super) fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
     let mut causes = Vec::new();
     let Some(fields) = data_fields(info) else { return causes };
     for field in fields {
@@ -73,12 +62,8 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
     causes
 }
 
-/// Rules on an update from `old` to `new`: an immutable ConfigMap or Secret keeps its data and
-/// stays immutable.
-pub fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<StatusCause> {
-    if is_crd(info) {
-        return crate::crd::validate_update(old, new);
-    }
+/// An immutable ConfigMap or Secret keeps its data and stays immutable.
+pub(super) fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<StatusCause> {
     let mut causes = Vec::new();
     let Some(fields) = data_fields(info) else { return causes };
     if old.get("immutable") != Some(&Value::Bool(true)) {
@@ -97,7 +82,7 @@ pub fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<Sta
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::{validate, validate_update};
     use crate::resources::{builtin_resources, find};
     use serde_json::json;
 

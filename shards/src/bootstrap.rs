@@ -1,0 +1,55 @@
+//! What kube-apiserver creates when it starts, created by the shard that owns each object.
+
+use crate::shard::Shard;
+use serde_json::Value;
+use shardplane_apimachinery::kind_rules;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The namespaces kube-apiserver creates at start-up.
+pub const BOOTSTRAP: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// The `default/kubernetes` Service kube-apiserver keeps for in-cluster clients (clients and
+/// conformance tests look for it). Its cluster IP is the first of upstream's default service
+/// range; shardplane allocates no others yet.
+fn kubernetes_service() -> Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "type": "ClusterIP", "sessionAffinity": "None",
+                 "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]},
+    })
+}
+
+/// Creates what kube-apiserver creates at start, where this shard owns it and it is absent
+/// (retrying until etcd answers): the bootstrap namespaces and the `default/kubernetes` Service
+/// (its bootstrap controller), and the system priority classes (the scheduling group's
+/// post-start hook).
+pub async fn bootstrap(shard: Arc<Shard>) {
+    let ns_info = shard.builtin("", "namespaces");
+    let svc_info = shard.builtin("", "services");
+    let pc_info = shard.builtin("scheduling.k8s.io", "priorityclasses");
+    let objects = BOOTSTRAP
+        .iter()
+        .map(|name| (ns_info.clone(), "", *name, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})))
+        .chain([(svc_info, "default", "kubernetes", kubernetes_service())])
+        .chain(kind_rules::SYSTEM_PRIORITY_CLASSES.iter().map(|(name, value, description)| (pc_info.clone(), "", *name, kind_rules::system_priority_class(name, *value, description))));
+    for (info, namespace, name, mut obj) in objects {
+        let Ok(key) = shard.owned_key(&info, namespace, name) else { continue };
+        shardplane_apimachinery::defaults::set_defaults(&info, &mut obj);
+        shardplane_apimachinery::strategy::prepare_for_create(&info, &mut obj);
+        loop {
+            match shard.store(&info).create(&key, shardplane_apimachinery::encode::object_bytes(&obj)).await {
+                Ok(_) | Err(shardplane_storage::StorageError::AlreadyExists) => break,
+                Err(e) => {
+                    tracing::warn!(object = name, error = %e, "bootstrap object not created yet; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = shard.shutdown.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
