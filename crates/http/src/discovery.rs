@@ -44,6 +44,30 @@ fn version_order(v: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>
     }
 }
 
+/// The built-in groups in upstream's discovery order (kube-apiserver orders groups by a priority
+/// per group; custom resources' groups come after them, by name).
+const GROUP_ORDER: [&str; 19] = [
+    "apiregistration.k8s.io",
+    "apps",
+    "events.k8s.io",
+    "authentication.k8s.io",
+    "authorization.k8s.io",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "networking.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "storage.k8s.io",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "scheduling.k8s.io",
+    "coordination.k8s.io",
+    "node.k8s.io",
+    "discovery.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+];
+
 /// The named groups and their versions, preferred first, in discovery order.
 fn groups(resources: &[Arc<ResourceInfo>]) -> Vec<(&str, Vec<&str>)> {
     let mut out: Vec<(&str, Vec<&str>)> = Vec::new();
@@ -57,6 +81,7 @@ fn groups(resources: &[Arc<ResourceInfo>]) -> Vec<(&str, Vec<&str>)> {
     for (_, vs) in &mut out {
         vs.sort_by_key(|v| version_order(v));
     }
+    out.sort_by_key(|(g, _)| (GROUP_ORDER.iter().position(|o| o == g).unwrap_or(GROUP_ORDER.len()), *g));
     out
 }
 

@@ -678,7 +678,12 @@ async fn discovery_legacy_and_aggregated() {
     assert_eq!((api["kind"].as_str(), &api["versions"]), (Some("APIVersions"), &json!(["v1"])));
     let (_, groups) = s.get("/apis").await;
     let names: Vec<&str> = groups["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["coordination.k8s.io", "apps", "batch", "apiextensions.k8s.io"]);
+    // Upstream's order of the groups served.
+    let want = [
+        "apps", "autoscaling", "batch", "certificates.k8s.io", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "apiextensions.k8s.io",
+        "scheduling.k8s.io", "coordination.k8s.io", "node.k8s.io", "discovery.k8s.io", "flowcontrol.apiserver.k8s.io",
+    ];
+    assert_eq!(names, want);
     for g in groups["groups"].as_array().unwrap() {
         let (code, group) = s.get(&format!("/apis/{}", g["name"].as_str().unwrap())).await;
         assert_eq!((code, group["kind"].as_str()), (200, Some("APIGroup")));
