@@ -1,7 +1,9 @@
-//! The `scale` subresource of a custom resource whose CRD declares one: an `autoscaling/v1`
-//! Scale read from the object's replica paths (`specReplicasPath`, `statusReplicasPath`,
-//! `labelSelectorPath`), and written back to its spec replicas path by PUT or PATCH (merge,
-//! JSON or strategic patches of the Scale), as upstream's scale subresource does.
+//! The `scale` subresource of deployments, replica sets, stateful sets, replication controllers
+//! and every custom resource whose CRD declares one: an `autoscaling/v1` Scale read from the
+//! object's replica paths (a CRD's `specReplicasPath`, `statusReplicasPath`,
+//! `labelSelectorPath`; a workload's `spec.replicas`, `status.replicas` and `spec.selector`), and
+//! written back to its spec replicas path by PUT or PATCH (merge, JSON or strategic patches of
+//! the Scale), as upstream's scale subresource does.
 
 use shardplane_http::body;
 use crate::write::{current_from, dry_run, stored_bytes, Source};
@@ -9,7 +11,7 @@ use crate::shard::Shard;
 use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{json, Value};
-use shardplane_apimachinery::crd::ScalePaths;
+use shardplane_apimachinery::crd::{ScalePaths, ScaleSelector};
 use shardplane_apimachinery::meta;
 use shardplane_apimachinery::strategy::{self, Subresource};
 use shardplane_apimachinery::patch::{self, PatchType};
@@ -54,14 +56,20 @@ fn scale_of(obj: &Value, paths: &ScalePaths) -> Value {
     if let Some(r) = value_at(obj, &paths.spec_replicas).and_then(Value::as_i64).filter(|r| *r != 0) {
         scale["spec"]["replicas"] = json!(r);
     }
-    if let Some(selector) = paths.label_selector.as_deref().and_then(|p| value_at(obj, p)).and_then(Value::as_str) {
+    let selector = match &paths.label_selector {
+        ScaleSelector::None => None,
+        ScaleSelector::At(p) => value_at(obj, p).and_then(Value::as_str).map(str::to_owned),
+        ScaleSelector::LabelSelector => obj.pointer("/spec/selector").map(shardplane_apimachinery::selectors::label_selector_text),
+        ScaleSelector::Labels => obj.pointer("/spec/selector").map(shardplane_apimachinery::selectors::labels_text),
+    };
+    if let Some(selector) = selector {
         scale["status"]["selector"] = json!(selector);
     }
     scale
 }
 
-fn paths(t: &Target) -> Result<&ScalePaths, ApiError> {
-    t.info.custom.as_ref().and_then(|c| c.scale.as_ref()).ok_or_else(ApiError::path_not_found)
+fn paths(t: &Target) -> Result<ScalePaths, ApiError> {
+    t.info.scale().ok_or_else(ApiError::path_not_found)
 }
 
 fn respond(scale: &Value) -> Reply {
@@ -77,7 +85,7 @@ pub async fn get(shard: &Shard, t: &Target, name: &str) -> Reply {
     // write already acknowledged.
     let (mut obj, _) = current_from(shard, &t.info, &key, &ns, name, Source::Etcd).await?;
     shardplane_apimachinery::structural::default_custom(&t.info, &mut obj);
-    respond(&scale_of(&obj, paths))
+    respond(&scale_of(&obj, &paths))
 }
 
 /// PUT (`patch` None) or PATCH of `.../{name}/scale`: the Scale's `spec.replicas` goes to the
@@ -99,7 +107,7 @@ pub async fn update(c: crate::write::Call<'_>, patch: Option<PatchType>) -> Repl
         let wanted = match (&sent, patch) {
             (Some(s), _) => s.clone(),
             (None, Some(ty)) => {
-                let mut s = scale_of(&old, paths);
+                let mut s = scale_of(&old, &paths);
                 patch::patch_object(ty, &mut s, raw)?;
                 s
             }
@@ -124,12 +132,12 @@ pub async fn update(c: crate::write::Call<'_>, patch: Option<PatchType>) -> Repl
         }
         strategy::prepare_for_update(info, &old, &mut new, Subresource::Main);
         if dry {
-            return respond(&scale_of(&new, paths));
+            return respond(&scale_of(&new, &paths));
         }
         match shard.store(info).update(&key, stored_bytes(info, &new), kv.mod_revision).await {
             Ok(rev) => {
                 meta::set_resource_version(&mut new, rev);
-                return respond(&scale_of(&new, paths));
+                return respond(&scale_of(&new, &paths));
             }
             Err(StorageError::Conflict { .. }) if precondition.is_empty() => continue,
             Err(StorageError::Conflict { .. }) => return Err(ApiError::conflict(&info.group, &info.plural, name)),
@@ -144,7 +152,7 @@ mod tests {
 
     #[test]
     fn replicas_are_read_and_written_at_the_crd_paths() {
-        let paths = ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: Some(".status.selector".into()) };
+        let paths = ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector: ScaleSelector::At(".status.selector".into()) };
         let mut o = json!({"metadata": {"name": "a", "namespace": "ns"}, "spec": {"replicas": 3}, "status": {"replicas": 2, "selector": "app=a"}});
         let s = scale_of(&o, &paths);
         assert_eq!((s["spec"]["replicas"].as_i64(), s["status"]["replicas"].as_i64(), s["status"]["selector"].as_str()), (Some(3), Some(2), Some("app=a")));

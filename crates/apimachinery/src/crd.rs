@@ -26,12 +26,27 @@ pub struct PrinterColumn {
     pub json_path: String,
 }
 
-/// The `scale` subresource's paths.
+/// The `scale` subresource's paths: a CRD's, or a built-in workload's
+/// ([`ResourceInfo::scale`](crate::resources::ResourceInfo::scale)).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScalePaths {
     pub spec_replicas: String,
     pub status_replicas: String,
-    pub label_selector: Option<String>,
+    pub label_selector: ScaleSelector,
+}
+
+/// Where a Scale's `status.selector` comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScaleSelector {
+    /// It has none.
+    None,
+    /// The string at this path (a CRD's `labelSelectorPath`).
+    At(String),
+    /// The LabelSelector at `spec.selector`, written as a selector (deployments, replica sets,
+    /// stateful sets).
+    LabelSelector,
+    /// The label map at `spec.selector`, written as a selector (replication controllers).
+    Labels,
 }
 
 /// What serving one version of a custom resource needs beyond the common [`ResourceInfo`].
@@ -279,7 +294,7 @@ pub fn served_resources(crd: &Value) -> Vec<ResourceInfo> {
             let scale = v.pointer("/subresources/scale").filter(|x| x.is_object()).map(|sc| ScalePaths {
                 spec_replicas: s(sc, "/specReplicasPath").to_owned(),
                 status_replicas: s(sc, "/statusReplicasPath").to_owned(),
-                label_selector: sc.get("labelSelectorPath").and_then(Value::as_str).map(str::to_owned),
+                label_selector: sc.get("labelSelectorPath").and_then(Value::as_str).map_or(ScaleSelector::None, |p| ScaleSelector::At(p.to_owned())),
             });
             ResourceInfo {
                 group: group.to_owned(),

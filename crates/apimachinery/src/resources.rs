@@ -63,6 +63,21 @@ impl ResourceInfo {
         if self.group.is_empty() { self.version.to_owned() } else { format!("{}/{}", self.group, self.version) }
     }
 
+    /// The scale subresource, if the resource has one: a CRD's, or upstream's for deployments,
+    /// replica sets, stateful sets and replication controllers.
+    pub fn scale(&self) -> Option<crate::crd::ScalePaths> {
+        use crate::crd::{ScalePaths, ScaleSelector};
+        if let Some(c) = &self.custom {
+            return c.scale.clone();
+        }
+        let label_selector = match (self.group.as_str(), self.plural.as_str()) {
+            ("apps", "deployments" | "replicasets" | "statefulsets") => ScaleSelector::LabelSelector,
+            ("", "replicationcontrollers") => ScaleSelector::Labels,
+            _ => return None,
+        };
+        Some(ScalePaths { spec_replicas: ".spec.replicas".into(), status_replicas: ".status.replicas".into(), label_selector })
+    }
+
     /// Whether a field selector label is supported for this resource.
     pub fn supports_field(&self, field: &str) -> bool {
         matches!(field, "metadata.name") || (field == "metadata.namespace") || self.selectable_fields.iter().any(|f| f == field)

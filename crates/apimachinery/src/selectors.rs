@@ -408,6 +408,38 @@ pub fn field_value(obj: &Value, field: &str) -> String {
     }
 }
 
+/// A `metav1.LabelSelector` (JSON) as a selector string, as upstream's
+/// `LabelSelectorAsSelector(…).String()` writes it: requirements sorted by key, `k=v` for match
+/// labels, `k in (a,b)`, `k notin (a,b)`, `k` and `!k` for expressions, values sorted.
+pub fn label_selector_text(sel: &Value) -> String {
+    let mut reqs: Vec<(String, String)> = Vec::new();
+    for (k, v) in sel.get("matchLabels").and_then(Value::as_object).into_iter().flatten() {
+        reqs.push((k.clone(), format!("{k}={}", v.as_str().unwrap_or(""))));
+    }
+    for e in sel.get("matchExpressions").and_then(Value::as_array).into_iter().flatten() {
+        let key = e.get("key").and_then(Value::as_str).unwrap_or("").to_owned();
+        let mut values: Vec<&str> = e.get("values").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        values.sort_unstable();
+        let text = match e.get("operator").and_then(Value::as_str).unwrap_or("") {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.clone(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => continue,
+        };
+        reqs.push((key, text));
+    }
+    reqs.sort_by(|a, b| a.0.cmp(&b.0));
+    reqs.into_iter().map(|(_, t)| t).collect::<Vec<_>>().join(",")
+}
+
+/// A label map as a selector string (`a=b,c=d`, by key).
+pub fn labels_text(labels: &Value) -> String {
+    let mut parts: Vec<String> = labels.as_object().into_iter().flatten().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect();
+    parts.sort();
+    parts.join(",")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -489,5 +521,14 @@ mod tests {
             let not = LabelSelector::parse(&format!("k notin ({})", vals.join(","))).unwrap();
             prop_assert_eq!(not.matches(&l), !any_eq);
         }
+    }
+
+    #[test]
+    fn label_selectors_are_written_as_upstream_writes_them() {
+        let sel = serde_json::json!({"matchLabels": {"tier": "web", "app": "x"}, "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "dev"]}, {"key": "gone", "operator": "DoesNotExist"}]});
+        assert_eq!(label_selector_text(&sel), "app=x,env in (dev,prod),!gone,tier=web");
+        assert_eq!(labels_text(&serde_json::json!({"b": "2", "a": "1"})), "a=1,b=2");
+        // What is written parses back to the same selector.
+        assert!(LabelSelector::parse(&label_selector_text(&sel)).is_ok());
     }
 }

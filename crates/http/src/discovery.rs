@@ -20,9 +20,9 @@ pub fn version() -> Value {
     json!({"major": "1", "minor": "33", "emulationMajor": "1", "emulationMinor": "33", "gitVersion": concat!("v1.33.0-shardplane.", env!("CARGO_PKG_VERSION")), "gitCommit": "", "gitTreeState": "clean", "buildDate": "", "goVersion": "", "compiler": "rustc", "platform": "linux/amd64"})
 }
 
-/// Whether a custom resource has the scale subresource.
+/// Whether a resource has the scale subresource.
 fn has_scale(r: &ResourceInfo) -> bool {
-    r.custom.as_ref().is_some_and(|c| c.scale.is_some())
+    r.scale().is_some()
 }
 
 /// Upstream's version order: GA before beta before alpha, higher majors first within each, then

@@ -866,3 +866,41 @@ async fn writes_never_act_on_a_stale_cached_object() {
     let (code, out) = s.delete(&format!("{CM}/stale"), Some(&json!({"preconditions": {"resourceVersion": rv.to_string()}}))).await;
     assert_eq!(code, 200, "{out}");
 }
+
+/// The scale subresource of the built-in workloads: an autoscaling/v1 Scale with the selector
+/// written as upstream writes it; PUT and PATCH change only the replicas (and bump the
+/// generation); a stale resourceVersion is a conflict; kinds without it answer 404.
+#[tokio::test]
+async fn workloads_have_upstreams_scale_subresource() {
+    let (_etcd, s) = setup().await;
+    let template = json!({"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let (code, d) = s.post("/apis/apps/v1/namespaces/demo/deployments", &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+        "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["db"]}]}, "template": template}})).await;
+    assert_eq!(code, 201, "{d}");
+    let path = "/apis/apps/v1/namespaces/demo/deployments/web/scale";
+    let (code, scale) = s.get(path).await;
+    assert_eq!(code, 200, "{scale}");
+    assert_eq!((scale["apiVersion"].as_str(), scale["kind"].as_str(), scale["spec"]["replicas"].as_i64()), (Some("autoscaling/v1"), Some("Scale"), Some(2)));
+    assert_eq!(scale["status"]["selector"], "app=web,tier notin (db)");
+    let (code, scaled) = s.send("PATCH", path, "application/merge-patch+json", r#"{"spec":{"replicas":5}}"#).await;
+    assert_eq!((code, scaled["spec"]["replicas"].as_i64()), (200, Some(5)), "{scaled}");
+    let (_, after) = s.get("/apis/apps/v1/namespaces/demo/deployments/web").await;
+    assert_eq!((after["spec"]["replicas"].as_i64(), after["metadata"]["generation"].as_i64()), (Some(5), Some(2)));
+    assert_eq!(after["spec"]["template"], d["spec"]["template"], "only the replicas change");
+    let mut stale = scale.clone();
+    stale["spec"]["replicas"] = json!(1);
+    assert_eq!(s.put(path, &stale).await.0, 409);
+    // A replication controller's selector is a label map.
+    let (code, rc) = s.post("/api/v1/namespaces/demo/replicationcontrollers", &json!({"apiVersion": "v1", "kind": "ReplicationController", "metadata": {"name": "rc"}, "spec": {"replicas": 1, "template": template}})).await;
+    assert_eq!(code, 201, "{rc}");
+    let (code, scale) = s.get("/api/v1/namespaces/demo/replicationcontrollers/rc/scale").await;
+    assert_eq!((code, scale["status"]["selector"].as_str()), (200, Some("app=web")), "{scale}");
+    let mut up = scale.clone();
+    up["spec"]["replicas"] = json!(3);
+    let (code, put) = s.put("/api/v1/namespaces/demo/replicationcontrollers/rc/scale", &up).await;
+    assert_eq!((code, put["spec"]["replicas"].as_i64()), (200, Some(3)), "{put}");
+    // Discovery lists it; a kind without it has no such path.
+    let (_, apps) = s.get("/apis/apps/v1").await;
+    assert!(apps["resources"].as_array().unwrap().iter().any(|r| r["name"] == "deployments/scale" && r["kind"] == "Scale"));
+    assert_eq!(s.get("/api/v1/namespaces/demo/configmaps/x/scale").await.0, 404);
+}
