@@ -9,6 +9,7 @@
 //! and never write to etcd except by compare-and-swap on the object's own key.
 
 mod apply;
+mod binding;
 pub mod bootstrap;
 pub mod cli;
 pub mod crds;

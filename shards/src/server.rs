@@ -263,6 +263,7 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
     match t.subresource.as_deref() {
         None | Some("scale") => {}
         Some("status") if t.info.has_status => {}
+        Some("binding") if t.info.group.is_empty() && t.info.plural == "pods" => {}
         Some("finalize") if t.info.group.is_empty() && t.info.plural == "namespaces" => {}
         Some(_) => return Err(ApiError::path_not_found().into()),
     }
@@ -275,6 +276,13 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
     let query = call.query;
     let not_allowed = |m: &str| ApiError::method_not_allowed(&m.to_ascii_lowercase(), &t.info.group, &t.info.plural);
     let name = t.name.as_deref();
+    if t.info.create_only || t.subresource.as_deref() == Some("binding") {
+        // Binding a pod (`pods/{name}/binding`, or the `bindings` collection): POST only.
+        return match (ctx.method.as_str(), name, t.info.create_only) {
+            ("POST", Some(_), false) | ("POST", None, true) => Ok(crate::binding::bind(call).await?),
+            (m, _, _) => Err(not_allowed(m).into()),
+        };
+    }
     if t.subresource.as_deref() == Some("scale") {
         return Ok(match (ctx.method.as_str(), name) {
             ("GET", Some(n)) => crate::scale::get(shard, &t, n).await?,

@@ -131,7 +131,7 @@ impl Shard {
         // One cache per resource, decoding with the storage version's facts (the first served
         // version's when storage is not served).
         let mut decoders: Vec<&Arc<ResourceInfo>> = Vec::new();
-        for info in catalog.resources.iter() {
+        for info in catalog.resources.iter().filter(|i| !i.create_only) {
             let storage = info.custom.as_ref().is_none_or(|c| c.storage_version == info.version);
             match decoders.iter().position(|d| d.group == info.group && d.plural == info.plural) {
                 Some(i) if storage => decoders[i] = info,

@@ -52,6 +52,9 @@ pub struct ResourceInfo {
     pub selectable_fields: std::sync::Arc<[String]>,
     /// Name validation rule.
     pub name_rule: NameRule,
+    /// Only created, never stored or read: core/v1 `bindings`, whose creation binds a pod
+    /// (served by the pod's shard; no cache, no other verb).
+    pub create_only: bool,
     /// For a custom resource, what its CRD says of this version (schema, subresources,
     /// printer columns); None for built-ins.
     pub custom: Option<std::sync::Arc<crate::crd::CustomVersion>>,
@@ -147,6 +150,31 @@ where
         allow_create_on_update: extra.allow_create_on_update,
         selectable_fields: extra.selectable_fields.iter().map(|s| (*s).to_owned()).collect(),
         name_rule: extra.name_rule,
+        create_only: false,
+        custom: None,
+    }
+}
+
+/// core/v1 `bindings`: a Binding created here binds the pod it names (upstream's legacy form of
+/// `pods/{name}/binding`).
+fn bindings() -> ResourceInfo {
+    ResourceInfo {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "Binding".into(),
+        list_kind: "BindingList".into(),
+        plural: "bindings".into(),
+        singular: "binding".into(),
+        namespaced: true,
+        short_names: Vec::new(),
+        categories: Vec::new(),
+        has_status: false,
+        tracks_generation: false,
+        returns_deleted_object: false,
+        allow_create_on_update: false,
+        selectable_fields: std::sync::Arc::new([]),
+        name_rule: NameRule::Subdomain,
+        create_only: true,
         custom: None,
     }
 }
@@ -220,6 +248,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             ..Extra::PLAIN
         }),
         builtin::<core::PodTemplate>(Extra::PLAIN),
+        bindings(),
         builtin::<core::ReplicationController>(Extra { short_names: &["rc"], selectable_fields: &["status.replicas"], ..Extra::WORKLOAD }),
         builtin::<core::Node>(Extra { short_names: &["no"], selectable_fields: &["spec.unschedulable"], ..status }),
         builtin::<core::PersistentVolume>(Extra { short_names: &["pv"], returns_deleted_object: true, ..status }),

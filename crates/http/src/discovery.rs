@@ -110,6 +110,39 @@ pub fn api_group(resources: &[Arc<ResourceInfo>], group: &str) -> Option<Value> 
     Some(doc)
 }
 
+/// One subresource as discovery lists it.
+struct Subresource {
+    name: &'static str,
+    /// The kind it answers with: (group, version, kind).
+    kind: (String, String, String),
+    verbs: &'static [&'static str],
+}
+
+/// The subresources of `r`: `status`, `scale`, a pod's `binding`, a namespace's `finalize`.
+fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
+    let own = || (r.group.clone(), r.version.clone(), r.kind.clone());
+    let mut out = Vec::new();
+    let core = |kind: &str| (String::new(), "v1".to_owned(), kind.to_owned());
+    if r.group.is_empty() && r.plural == "pods" {
+        out.push(Subresource { name: "binding", kind: core("Binding"), verbs: &["create"] });
+    }
+    if r.group.is_empty() && r.plural == "namespaces" {
+        out.push(Subresource { name: "finalize", kind: own(), verbs: &["update"] });
+    }
+    if has_scale(r) {
+        out.push(Subresource { name: "scale", kind: ("autoscaling".into(), "v1".into(), "Scale".into()), verbs: &["get", "patch", "update"] });
+    }
+    if r.has_status {
+        out.push(Subresource { name: "status", kind: own(), verbs: &["get", "patch", "update"] });
+    }
+    out
+}
+
+/// The verbs of a resource itself.
+fn verbs(r: &ResourceInfo) -> &'static [&'static str] {
+    if r.create_only { &["create"] } else { &VERBS }
+}
+
 /// `/api/v1` or `/apis/{g}/{v}`.
 pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str) -> Option<Value> {
     let rs: Vec<&Arc<ResourceInfo>> = resources.iter().filter(|r| r.group == group && r.version == version).collect();
@@ -118,7 +151,7 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
     }
     let mut items = Vec::new();
     for r in rs {
-        let mut e = json!({"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind, "verbs": VERBS});
+        let mut e = json!({"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs(r)});
         if !r.short_names.is_empty() {
             e["shortNames"] = json!(r.short_names);
         }
@@ -126,14 +159,14 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
             e["categories"] = json!(r.categories);
         }
         items.push(e);
-        if r.has_status {
-            items.push(json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]}));
-        }
-        if has_scale(r) {
-            items.push(json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": r.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
-        }
-        if r.plural == "namespaces" && r.group.is_empty() {
-            items.push(json!({"name": "namespaces/finalize", "singularName": "", "namespaced": false, "kind": "Namespace", "verbs": ["update"]}));
+        for sub in subresources(r) {
+            let (g, v, kind) = &sub.kind;
+            let mut e = json!({"name": format!("{}/{}", r.plural, sub.name), "singularName": "", "namespaced": r.namespaced, "kind": kind, "verbs": sub.verbs});
+            if (g, v) != (&r.group, &r.version) {
+                e["group"] = json!(g);
+                e["version"] = json!(v);
+            }
+            items.push(e);
         }
     }
     let gv = if group.is_empty() { version.to_owned() } else { format!("{group}/{version}") };
@@ -152,7 +185,7 @@ fn aggregated_resources(resources: &[Arc<ResourceInfo>], g: &str, v: &str) -> Ve
                 "responseKind": kind,
                 "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
                 "singularResource": r.singular,
-                "verbs": VERBS,
+                "verbs": verbs(r),
             });
             if !r.short_names.is_empty() {
                 e["shortNames"] = json!(r.short_names);
@@ -160,13 +193,10 @@ fn aggregated_resources(resources: &[Arc<ResourceInfo>], g: &str, v: &str) -> Ve
             if !r.categories.is_empty() {
                 e["categories"] = json!(r.categories);
             }
-            let mut subresources = Vec::new();
-            if r.has_status {
-                subresources.push(json!({"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}));
-            }
-            if has_scale(r) {
-                subresources.push(json!({"subresource": "scale", "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"}, "verbs": ["get", "patch", "update"]}));
-            }
+            let subresources: Vec<Value> = subresources(r)
+                .into_iter()
+                .map(|sub| json!({"subresource": sub.name, "responseKind": {"group": sub.kind.0, "version": sub.kind.1, "kind": sub.kind.2}, "verbs": sub.verbs}))
+                .collect();
             if !subresources.is_empty() {
                 e["subresources"] = Value::Array(subresources);
             }

@@ -162,6 +162,9 @@ async fn route_resource(app: &App, ctx: &RequestContext, t: &Target, pq: &str) -
     let shards = &app.shards;
     let (method, headers, query) = (&ctx.method, &ctx.headers, ctx.query.raw());
     let ns = t.namespace.clone().unwrap_or_default();
+    if t.info.create_only && (method != Method::POST || t.name.is_some()) {
+        return Err(ApiError::method_not_allowed(&method.as_str().to_ascii_lowercase(), &t.info.group, &t.info.plural));
+    }
     match (method, t.name.as_deref()) {
         (&Method::GET, None) => {
             let o = ListOptions::parse(query, &t.info)?;
@@ -192,7 +195,12 @@ async fn route_resource(app: &App, ctx: &RequestContext, t: &Target, pq: &str) -
                 }
             }
             let request = Forwarded { method, path_and_query: pq, headers: &fwd_headers, body: ctx.body.clone() };
-            shards.routed(|| shards.forward_to_owner(&t.info, &ns, &name, &request)).await
+            // A Binding is stored nowhere: it goes to the shard of the pod it names.
+            let owner = match t.info.create_only {
+                true => shards.catalog.now().find("", "v1", "pods").cloned().ok_or_else(ApiError::path_not_found)?,
+                false => t.info.clone(),
+            };
+            shards.routed(|| shards.forward_to_owner(&owner, &ns, &name, &request)).await
         }
         (&Method::DELETE, None) => {
             // Every shard deletes what it owns; the answer lists everything deleted.

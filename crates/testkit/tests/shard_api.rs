@@ -698,7 +698,8 @@ async fn discovery_legacy_and_aggregated() {
     let agg: Value = r.json().await.unwrap();
     let apps = agg["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "apps").unwrap();
     let deploy = apps["versions"][0]["resources"].as_array().unwrap().iter().find(|r| r["resource"] == "deployments").unwrap();
-    assert_eq!((&deploy["scope"], &deploy["responseKind"]["kind"], &deploy["subresources"][0]["subresource"]), (&json!("Namespaced"), &json!("Deployment"), &json!("status")));
+    let subs: Vec<&str> = deploy["subresources"].as_array().unwrap().iter().map(|s| s["subresource"].as_str().unwrap()).collect();
+    assert_eq!((&deploy["scope"], &deploy["responseKind"]["kind"], subs), (&json!("Namespaced"), &json!("Deployment"), vec!["scale", "status"]));
     let (_, version) = s.get("/version").await;
     assert!(version["major"].as_str().unwrap().parse::<u32>().is_ok() && version["minor"].as_str().unwrap().parse::<u32>().is_ok());
 }
@@ -903,4 +904,41 @@ async fn workloads_have_upstreams_scale_subresource() {
     let (_, apps) = s.get("/apis/apps/v1").await;
     assert!(apps["resources"].as_array().unwrap().iter().any(|r| r["name"] == "deployments/scale" && r["kind"] == "Scale"));
     assert_eq!(s.get("/api/v1/namespaces/demo/configmaps/x/scale").await.0, 404);
+}
+
+/// Binding a pod as kube-scheduler does: `pods/{name}/binding` and the legacy `bindings`
+/// collection set the node, the Binding's annotations and PodScheduled; a second binding is
+/// upstream's 409; an invalid Binding is a 422; `bindings` takes nothing but POST.
+#[tokio::test]
+async fn pods_are_bound_to_nodes_once() {
+    let (_etcd, s) = setup().await;
+    let pod = |name: &str| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    for name in ["p1", "p2"] {
+        let (code, body) = s.post("/api/v1/namespaces/demo/pods", &pod(name)).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let binding = |pod: &str, node: &str| json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod, "annotations": {"scheduled-by": "test"}}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+    let (code, st) = s.post("/api/v1/namespaces/demo/pods/p1/binding", &binding("p1", "node-a")).await;
+    assert_eq!((code, st["kind"].as_str(), st["status"].as_str()), (201, Some("Status"), Some("Success")), "{st}");
+    let (_, p1) = s.get("/api/v1/namespaces/demo/pods/p1").await;
+    assert_eq!((p1["spec"]["nodeName"].as_str(), p1["metadata"]["annotations"]["scheduled-by"].as_str()), (Some("node-a"), Some("test")));
+    let scheduled = p1["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "PodScheduled").unwrap();
+    assert_eq!(scheduled["status"], "True");
+    // Bound already.
+    let (code, st) = s.post("/api/v1/namespaces/demo/pods/p1/binding", &binding("p1", "node-b")).await;
+    assert_eq!((code, st["reason"].as_str()), (409, Some("Conflict")), "{st}");
+    assert_eq!(st["message"], "Operation cannot be fulfilled on pods/binding \"p1\": pod p1 is already assigned to node \"node-a\"");
+    // The legacy collection names the pod in the Binding.
+    let (code, st) = s.post("/api/v1/namespaces/demo/bindings", &binding("p2", "node-b")).await;
+    assert_eq!(code, 201, "{st}");
+    assert_eq!(s.get("/api/v1/namespaces/demo/pods/p2").await.1["spec"]["nodeName"], "node-b");
+    // Invalid Bindings and wrong verbs.
+    let (code, st) = s.post("/api/v1/namespaces/demo/pods/p2/binding", &json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p2"}, "target": {}})).await;
+    assert_eq!((code, st["details"]["causes"][0]["field"].as_str()), (422, Some("target.name")), "{st}");
+    assert_eq!(s.post("/api/v1/namespaces/demo/pods/p2/binding", &binding("other", "n")).await.0, 400);
+    assert_eq!(s.post("/api/v1/namespaces/demo/pods/missing/binding", &binding("missing", "n")).await.0, 404);
+    assert_eq!(s.get("/api/v1/namespaces/demo/bindings").await.0, 405);
+    let (_, v1) = s.get("/api/v1").await;
+    let listed = |name: &str| v1["resources"].as_array().unwrap().iter().find(|r| r["name"] == name).cloned().unwrap_or(Value::Null);
+    assert_eq!((&listed("bindings")["verbs"], &listed("pods/binding")["verbs"]), (&json!(["create"]), &json!(["create"])));
 }
