@@ -93,6 +93,28 @@ def kubeconfig(server, path):
     )
 
 
+# One Node, registered as a kubelet registers itself (labels, addresses, capacity, a Ready
+# condition). No kubelet runs: this is what the API holds on a one-node cluster such as kind's,
+# which suites listing "the cluster's nodes" (the client libraries' own tests) expect to find.
+SEED_NODE = {
+    "apiVersion": "v1", "kind": "Node",
+    "metadata": {"name": "conformance-node", "labels": {"kubernetes.io/hostname": "conformance-node", "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "node-role.kubernetes.io/control-plane": ""}},
+    "status": {"capacity": {"cpu": "2", "memory": "8Gi", "pods": "110"}, "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": "conformance-node"}],
+               "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "registered by the conformance harness"}],
+               "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "Debian GNU/Linux 12 (bookworm)", "kernelVersion": "", "containerRuntimeVersion": "", "architecture": "amd64", "operatingSystem": "linux",
+                            "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": ""}}}
+
+
+def register_node(url):
+    """Creates SEED_NODE, then writes its status (a create ignores status, as upstream's does)."""
+    def send(method, path, body):
+        req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(), method=method, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+    created = send("POST", "/api/v1/nodes", SEED_NODE)
+    send("PUT", "/api/v1/nodes/conformance-node/status", {**created, "status": SEED_NODE["status"]})
+
+
 class Topology:
     """etcd plus one shard (whole range) or the router over K shard processes."""
 
@@ -124,6 +146,7 @@ class Topology:
         wait_ready(url)
         self.kubeconfig = self.dir / "kubeconfig"
         kubeconfig(url, self.kubeconfig)
+        register_node(url)
         return self
 
     def spawn(self, argv, label):

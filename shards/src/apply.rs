@@ -54,7 +54,7 @@ pub(crate) async fn apply(c: Call<'_>, mut source: Source) -> Reply {
     let schema = openapi::object_schema(info);
     let now = meta::now_rfc3339();
     let api_version = info.api_version();
-    let scope = if sub == Subresource::Status { Scope::Status } else { Scope::Main { has_status: info.has_status } };
+    let scope = if matches!(sub, Subresource::Status | Subresource::Approval) { Scope::Status } else { Scope::Main { has_status: info.has_status } };
     let applier = Apply { manager: &manager, force, scope, api_version: &api_version, now: &now };
     let key = shard.owned_key(info, &ns, name)?;
     loop {

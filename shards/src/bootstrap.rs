@@ -21,10 +21,23 @@ fn kubernetes_service() -> Value {
     })
 }
 
+/// The `cluster-admin` ClusterRole and its binding to `system:masters`, as upstream's RBAC
+/// bootstrap policy writes them (the rest of that policy comes with RBAC enforcement).
+fn cluster_admin() -> [Value; 2] {
+    let meta = serde_json::json!({"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}, "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}});
+    [
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
+            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
+        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]}),
+    ]
+}
+
 /// Creates what kube-apiserver creates at start, where this shard owns it and it is absent
 /// (retrying until etcd answers): the bootstrap namespaces and the `default/kubernetes` Service
-/// (its bootstrap controller), and the system priority classes (the scheduling group's
-/// post-start hook).
+/// (its bootstrap controller), the system priority classes (the scheduling group's post-start
+/// hook), and `cluster-admin` (the RBAC bootstrap policy).
 pub async fn bootstrap(shard: Arc<Shard>) {
     let ns_info = shard.builtin("", "namespaces");
     let svc_info = shard.builtin("", "services");
@@ -33,7 +46,8 @@ pub async fn bootstrap(shard: Arc<Shard>) {
         .iter()
         .map(|name| (ns_info.clone(), "", *name, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})))
         .chain([(svc_info, "default", "kubernetes", kubernetes_service())])
-        .chain(kind_rules::SYSTEM_PRIORITY_CLASSES.iter().map(|(name, value, description)| (pc_info.clone(), "", *name, kind_rules::system_priority_class(name, *value, description))));
+        .chain(kind_rules::SYSTEM_PRIORITY_CLASSES.iter().map(|(name, value, description)| (pc_info.clone(), "", *name, kind_rules::system_priority_class(name, *value, description))))
+        .chain(cluster_admin().into_iter().zip(["clusterroles", "clusterrolebindings"]).map(|(obj, plural)| (shard.builtin("rbac.authorization.k8s.io", plural), "", "cluster-admin", obj)));
     for (info, namespace, name, mut obj) in objects {
         let Ok(key) = shard.owned_key(&info, namespace, name) else { continue };
         shardplane_apimachinery::defaults::set_defaults(&info, &mut obj);

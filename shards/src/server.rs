@@ -264,6 +264,7 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
         None | Some("scale") => {}
         Some("status") if t.info.has_status => {}
         Some("binding") if t.info.group.is_empty() && t.info.plural == "pods" => {}
+        Some("approval") if t.info.plural == "certificatesigningrequests" => {}
         Some("finalize") if t.info.group.is_empty() && t.info.plural == "namespaces" => {}
         Some(_) => return Err(ApiError::path_not_found().into()),
     }
@@ -301,7 +302,7 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
             return Ok(if o.watch { watch::watch(shard.clone(), t, o, view).await? } else { crate::read::list(shard, &t, &o, view).await? });
         }
         ("GET", Some(n)) => {
-            if t.subresource.as_deref().is_some_and(|s| s != "status") {
+            if t.subresource.as_deref().is_some_and(|s| s != "status" && s != "approval") {
                 return Err(not_allowed("get").into());
             }
             return Ok(crate::read::get(shard, &t, n, query, view).await?);

@@ -389,6 +389,17 @@ fn unescape(s: &str) -> Result<String, String> {
     Ok(out)
 }
 
+/// What upstream's field sets print for a built-in selectable field the object leaves out: the
+/// Go zero value of its type (a node without `spec.unschedulable` is `false`, a replica set
+/// without `status.replicas` is `0`).
+fn zero_value(field: &str) -> &'static str {
+    match field {
+        "spec.unschedulable" | "spec.hostNetwork" => "false",
+        "status.replicas" | "status.successful" => "0",
+        _ => "",
+    }
+}
+
 /// The value of a selectable field in an object, as upstream's field sets print it.
 pub fn field_value(obj: &Value, field: &str) -> String {
     let path = if field == "source" { "source.component" } else { field };
@@ -396,14 +407,14 @@ pub fn field_value(obj: &Value, field: &str) -> String {
     for part in path.split('.') {
         match v.get(part) {
             Some(next) => v = next,
-            None => return String::new(),
+            None => return zero_value(field).to_owned(),
         }
     }
     match v {
         Value::String(s) => s.clone(),
         Value::Bool(b) => b.to_string(),
         Value::Number(n) => n.to_string(),
-        Value::Null => String::new(),
+        Value::Null => zero_value(field).to_owned(),
         other => other.to_string(),
     }
 }
@@ -530,5 +541,14 @@ mod tests {
         assert_eq!(labels_text(&serde_json::json!({"b": "2", "a": "1"})), "a=1,b=2");
         // What is written parses back to the same selector.
         assert!(LabelSelector::parse(&label_selector_text(&sel)).is_ok());
+    }
+
+    #[test]
+    fn absent_typed_fields_select_as_their_zero_value() {
+        let node = serde_json::json!({"spec": {}});
+        assert_eq!(field_value(&node, "spec.unschedulable"), "false");
+        assert_eq!(field_value(&serde_json::json!({"spec": {"unschedulable": true}}), "spec.unschedulable"), "true");
+        assert_eq!(field_value(&serde_json::json!({}), "status.replicas"), "0");
+        assert_eq!(field_value(&serde_json::json!({}), "spec.nodeName"), "");
     }
 }

@@ -52,6 +52,26 @@ pub enum Subresource {
     Main,
     /// The status subresource: spec is kept from the stored object.
     Status,
+    /// A CertificateSigningRequest's `approval` subresource: only the status conditions change.
+    Approval,
+}
+
+/// The conditions upstream lets only the `approval` subresource set on a CSR.
+const APPROVAL_CONDITIONS: [&str; 2] = ["Approved", "Denied"];
+
+/// Gives each condition of `status` the update and transition times it lacks (a CSR's,
+/// as upstream's CSR strategies do).
+fn stamp_conditions(status: &mut Value) {
+    let now = crate::meta::now_rfc3339();
+    for c in status.get_mut("conditions").and_then(Value::as_array_mut).into_iter().flatten() {
+        if let Some(c) = c.as_object_mut() {
+            for field in ["lastUpdateTime", "lastTransitionTime"] {
+                if c.get(field).is_none_or(Value::is_null) {
+                    c.insert(field.into(), Value::String(now.clone()));
+                }
+            }
+        }
+    }
 }
 
 /// Carries server-owned fields from `old` into `new` and applies the subresource rules.
@@ -94,6 +114,32 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
                     st.insert("phase".into(), phase);
                 }
             }
+            if info.plural == "certificatesigningrequests" {
+                // Approving or denying is the approval subresource's: those conditions stay.
+                let kept: Vec<Value> = old.pointer("/status/conditions").and_then(Value::as_array).into_iter().flatten().filter(|c| APPROVAL_CONDITIONS.iter().any(|t| c["type"] == *t)).cloned().collect();
+                let status = new_obj.entry("status").or_insert_with(|| serde_json::json!({}));
+                if let Some(st) = status.as_object_mut() {
+                    let mut conditions: Vec<Value> = st.get("conditions").and_then(Value::as_array).into_iter().flatten().filter(|c| !APPROVAL_CONDITIONS.iter().any(|t| c["type"] == *t)).cloned().collect();
+                    conditions.splice(0..0, kept);
+                    st.insert("conditions".into(), Value::Array(conditions));
+                }
+                stamp_conditions(status);
+            }
+        }
+        Subresource::Approval => {
+            // Everything as stored but the status conditions.
+            let conditions = new_obj.get("status").and_then(|s| s.get("conditions")).cloned();
+            for field in ["spec", "status"] {
+                match old.get(field) {
+                    Some(v) => new_obj.insert(field.into(), v.clone()),
+                    None => new_obj.remove(field),
+                };
+            }
+            let status = new_obj.entry("status").or_insert_with(|| serde_json::json!({}));
+            if let (Some(st), Some(c)) = (status.as_object_mut(), conditions) {
+                st.insert("conditions".into(), c);
+            }
+            stamp_conditions(status);
         }
         Subresource::Main => {}
     }

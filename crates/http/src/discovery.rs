@@ -123,6 +123,9 @@ fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
     let own = || (r.group.clone(), r.version.clone(), r.kind.clone());
     let mut out = Vec::new();
     let core = |kind: &str| (String::new(), "v1".to_owned(), kind.to_owned());
+    if r.group == "certificates.k8s.io" && r.plural == "certificatesigningrequests" {
+        out.push(Subresource { name: "approval", kind: own(), verbs: &["get", "patch", "update"] });
+    }
     if r.group.is_empty() && r.plural == "pods" {
         out.push(Subresource { name: "binding", kind: core("Binding"), verbs: &["create"] });
     }

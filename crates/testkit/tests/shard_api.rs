@@ -942,3 +942,68 @@ async fn pods_are_bound_to_nodes_once() {
     let listed = |name: &str| v1["resources"].as_array().unwrap().iter().find(|r| r["name"] == name).cloned().unwrap_or(Value::Null);
     assert_eq!((&listed("bindings")["verbs"], &listed("pods/binding")["verbs"]), (&json!(["create"]), &json!(["create"])));
 }
+
+/// A CertificateSigningRequest is approved through its `approval` subresource only: the main
+/// resource keeps the status, `status` keeps the approval, `approval` changes the conditions
+/// alone and stamps their times.
+#[tokio::test]
+async fn csrs_are_approved_through_their_approval_subresource() {
+    let (_etcd, s) = setup().await;
+    let csr = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": "c1"},
+        "spec": {"request": "LS0tLS1CRUdJTg==", "signerName": "example.com/signer", "usages": ["client auth"]},
+        "status": {"conditions": [{"type": "Approved", "status": "True"}]}});
+    let base = "/apis/certificates.k8s.io/v1/certificatesigningrequests/c1";
+    let (code, created) = s.post("/apis/certificates.k8s.io/v1/certificatesigningrequests", &csr).await;
+    assert_eq!(code, 201, "{created}");
+    assert!(created["status"].get("conditions").is_none(), "a create sets no status: {created}");
+    let mut approve = created.clone();
+    approve["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "Test", "message": "approved by the test"}]});
+    approve["spec"]["signerName"] = json!("changed.example.com/other");
+    let (code, approved) = s.put(&format!("{base}/approval"), &approve).await;
+    assert_eq!(code, 200, "{approved}");
+    let c = &approved["status"]["conditions"][0];
+    assert_eq!((c["type"].as_str(), c["reason"].as_str()), (Some("Approved"), Some("Test")));
+    assert!(c["lastUpdateTime"].is_string() && c["lastTransitionTime"].is_string(), "{c}");
+    assert_eq!(approved["spec"]["signerName"], "example.com/signer", "approval changes conditions only");
+    // The status subresource cannot take the approval away; the main resource cannot touch status.
+    let mut unapprove = approved.clone();
+    unapprove["status"] = json!({"conditions": [{"type": "Failed", "status": "True", "reason": "X"}], "certificate": "Y2VydA=="});
+    let (code, st) = s.put(&format!("{base}/status"), &unapprove).await;
+    assert_eq!(code, 200, "{st}");
+    let types: Vec<&str> = st["status"]["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["Approved", "Failed"]);
+    assert_eq!(st["status"]["certificate"], "Y2VydA==");
+    let mut main = st.clone();
+    main["status"] = json!({});
+    main["metadata"]["labels"] = json!({"x": "y"});
+    let (code, m) = s.put(base, &main).await;
+    assert_eq!((code, m["status"]["conditions"].as_array().map(Vec::len)), (200, Some(2)), "{m}");
+    let (code, got) = s.get(&format!("{base}/approval")).await;
+    assert_eq!((code, got["kind"].as_str()), (200, Some("CertificateSigningRequest")));
+}
+
+/// What kube-apiserver creates at start is there: the bootstrap namespaces, the
+/// `default/kubernetes` Service, the system priority classes (which may not be deleted, and
+/// whose prefix no other class may take) and `cluster-admin` bound to `system:masters`.
+#[tokio::test]
+async fn the_objects_kube_apiserver_creates_at_start_are_there() {
+    let (_etcd, s) = setup().await;
+    for path in ["/api/v1/namespaces/kube-node-lease", "/api/v1/namespaces/default/services/kubernetes"] {
+        wait_for(T, || async { s.get(path).await.0 == 200 }).await;
+    }
+    let pc = "/apis/scheduling.k8s.io/v1/priorityclasses";
+    wait_for(T, || async { s.get(&format!("{pc}/system-cluster-critical")).await.0 == 200 }).await;
+    let (_, critical) = s.get(&format!("{pc}/system-node-critical")).await;
+    assert_eq!((critical["value"].as_i64(), critical["preemptionPolicy"].as_str()), (Some(2_000_001_000), Some("PreemptLowerPriority")));
+    let (code, st) = s.delete(&format!("{pc}/system-node-critical"), None).await;
+    assert_eq!((code, st["message"].as_str()), (403, Some("priorityclasses.scheduling.k8s.io \"system-node-critical\" is forbidden: this is a system priority class and cannot be deleted")));
+    let (code, st) = s.post(pc, &json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "system-mine"}, "value": 10})).await;
+    assert_eq!((code, st["details"]["causes"][0]["field"].as_str()), (422, Some("metadata.name")), "{st}");
+    let (code, st) = s.post(pc, &json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "too-high"}, "value": 1_000_000_001})).await;
+    assert_eq!((code, st["details"]["causes"][0]["field"].as_str()), (422, Some("value")), "{st}");
+    wait_for(T, || async { s.get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/cluster-admin").await.0 == 200 }).await;
+    let (_, binding) = s.get("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/cluster-admin").await;
+    assert_eq!(binding["subjects"][0]["name"], "system:masters");
+    let (_, role) = s.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-admin").await;
+    assert_eq!(role["rules"][0]["verbs"], json!(["*"]));
+}
