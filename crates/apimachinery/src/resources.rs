@@ -187,6 +187,8 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     // What upstream's registries say of each (pkg/registry/<group>/<resource>: ShortNames,
     // Categories, a status store, ReturnDeletedObject, AllowCreateOnUpdate, GetAttrs' fields).
+    // Which deletes answer with the object is also in upstream's OpenAPI (the delete
+    // operation's response type), which generated clients decode by.
     let status = Extra { has_status: true, ..Extra::PLAIN };
     let rbac_object = Extra { allow_create_on_update: true, name_rule: NameRule::PathSegment, ..Extra::PLAIN };
     vec![
@@ -247,13 +249,13 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             name_rule: NameRule::PathSegment,
             ..Extra::PLAIN
         }),
-        builtin::<core::PodTemplate>(Extra::PLAIN),
+        builtin::<core::PodTemplate>(Extra { returns_deleted_object: true, ..Extra::PLAIN }),
         bindings(),
         builtin::<core::ReplicationController>(Extra { short_names: &["rc"], selectable_fields: &["status.replicas"], ..Extra::WORKLOAD }),
         builtin::<core::Node>(Extra { short_names: &["no"], selectable_fields: &["spec.unschedulable"], ..status }),
         builtin::<core::PersistentVolume>(Extra { short_names: &["pv"], returns_deleted_object: true, ..status }),
         builtin::<core::PersistentVolumeClaim>(Extra { short_names: &["pvc"], returns_deleted_object: true, ..status }),
-        builtin::<core::ResourceQuota>(Extra { short_names: &["quota"], ..status }),
+        builtin::<core::ResourceQuota>(Extra { short_names: &["quota"], returns_deleted_object: true, ..status }),
         builtin::<core::LimitRange>(Extra { short_names: &["limits"], ..Extra::PLAIN }),
         builtin::<coord::Lease>(Extra { allow_create_on_update: true, ..Extra::PLAIN }),
         builtin::<apps::Deployment>(Extra { short_names: &["deploy"], ..Extra::WORKLOAD }),
@@ -278,10 +280,10 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         builtin::<node::RuntimeClass>(Extra::PLAIN),
         builtin::<scheduling::PriorityClass>(Extra { short_names: &["pc"], ..Extra::PLAIN }),
         builtin::<storage::StorageClass>(Extra { short_names: &["sc"], returns_deleted_object: true, ..Extra::PLAIN }),
-        builtin::<storage::CSIDriver>(Extra::PLAIN),
-        builtin::<storage::CSINode>(Extra::PLAIN),
+        builtin::<storage::CSIDriver>(Extra { returns_deleted_object: true, ..Extra::PLAIN }),
+        builtin::<storage::CSINode>(Extra { returns_deleted_object: true, ..Extra::PLAIN }),
         builtin::<storage::CSIStorageCapacity>(Extra::PLAIN),
-        builtin::<storage::VolumeAttachment>(Extra { ..status }),
+        builtin::<storage::VolumeAttachment>(Extra { returns_deleted_object: true, ..status }),
         builtin::<certificates::CertificateSigningRequest>(Extra { short_names: &["csr"], selectable_fields: &["spec.signerName"], ..status }),
         builtin::<flowcontrol::FlowSchema>(Extra { tracks_generation: true, ..status }),
         builtin::<flowcontrol::PriorityLevelConfiguration>(Extra { tracks_generation: true, ..status }),
