@@ -1,0 +1,143 @@
+//! A control plane's own clients through a router over four shards, with kube-rs as kubelets
+//! and a scheduler would use it: 50 nodes register (object, status, a lease in kube-node-lease,
+//! renewed), a scheduler binds 100 pending pods through `pods/binding`, each kubelet watches its
+//! own pods (`spec.nodeName=<node>`) and sees exactly those, then reports them Running through
+//! the status subresource; kubectl cordons a node and scales a deployment; an autoscaler is read.
+
+use futures::TryStreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::json;
+use shardplane_keyspace::{HashRange, RangeSet};
+use shardplane_testkit::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+const NODES: usize = 50;
+const PODS: usize = 100;
+
+fn kube_client(url: &str) -> kube::Client {
+    kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap()
+}
+
+fn node_name(i: usize) -> String {
+    format!("node-{i:02}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kubelets_and_a_scheduler_run_against_the_router() {
+    let etcd = Etcd::start().await;
+    let mut shards = Vec::new();
+    for r in HashRange::split_even(4) {
+        shards.push(TestShard::start_shard(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
+    }
+    let router = TestShard::start_router(&[etcd.endpoint.clone()], shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
+    wait_for(Duration::from_secs(20), || async { router.get("/api/v1/namespaces/kube-node-lease").await.0 == 200 }).await;
+    router.namespace("work").await;
+    let client = kube_client(&router.url);
+    let nodes: Api<Node> = Api::all(client.clone());
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "work");
+
+    // Kubelets register: the Node, its status, its lease; then renew the lease.
+    for i in 0..NODES {
+        let name = node_name(i);
+        let node: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}, "spec": {}})).unwrap();
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+        let status = json!({"status": {"capacity": {"cpu": "4", "pods": "110"}, "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}],
+            "addresses": [{"type": "InternalIP", "address": format!("10.0.0.{i}")}], "nodeInfo": {"kubeletVersion": "v1.33.0", "architecture": "amd64", "operatingSystem": "linux", "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "osImage": "", "systemUUID": ""}}});
+        let n = nodes.patch_status(&name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+        assert_eq!(n.status.as_ref().and_then(|s| s.allocatable.as_ref()).map(|a| a["cpu"].0.clone()), Some("4".into()), "allocatable defaults to capacity");
+        let lease: Lease = serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": "2026-01-01T00:00:00.000000Z"}})).unwrap();
+        leases.create(&PostParams::default(), &lease).await.unwrap();
+    }
+    for i in 0..NODES {
+        let renewed = leases.patch(&node_name(i), &PatchParams::default(), &Patch::Merge(json!({"spec": {"renewTime": "2026-01-01T00:00:10.000000Z"}}))).await.unwrap();
+        assert_eq!(renewed.spec.unwrap().renew_time.unwrap().0.to_string(), "2026-01-01T00:00:10Z");
+    }
+    let ready = nodes.list(&ListParams::default().fields("spec.unschedulable=false")).await.unwrap();
+    assert_eq!(ready.items.len(), NODES);
+
+    // Each kubelet watches its own pods.
+    let mut kubelets = Vec::new();
+    for i in 0..NODES {
+        let stream = watcher(pods.clone(), watcher::Config::default().fields(&format!("spec.nodeName={}", node_name(i))));
+        kubelets.push(tokio::spawn(async move {
+            let mut seen = BTreeSet::new();
+            let mut s = Box::pin(stream);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+            while seen.len() < PODS / NODES {
+                match tokio::time::timeout_at(deadline, s.try_next()).await {
+                    Ok(Ok(Some(watcher::Event::Apply(p) | watcher::Event::InitApply(p)))) => {
+                        seen.insert(p.metadata.name.unwrap());
+                    }
+                    Ok(Ok(Some(_))) => {}
+                    other => panic!("kubelet {i}'s watch ended early: {other:?}"),
+                }
+            }
+            seen
+        }));
+    }
+
+    // Pending pods, and a scheduler that binds each to a node.
+    for p in 0..PODS {
+        let pod: Pod = serde_json::from_value(json!({"metadata": {"name": format!("pod-{p:03}")}, "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})).unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    let pending = pods.list(&ListParams::default().fields("spec.nodeName=")).await.unwrap();
+    assert_eq!(pending.items.len(), PODS);
+    let mut placed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (k, pod) in pending.items.iter().enumerate() {
+        let (name, node) = (pod.metadata.name.clone().unwrap(), node_name(k % NODES));
+        let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+        let _: serde_json::Value = pods.create_subresource("binding", &name, &PostParams::default(), &binding).await.unwrap();
+        placed.entry(node).or_default().insert(name);
+    }
+    assert!(pods.list(&ListParams::default().fields("spec.nodeName=")).await.unwrap().items.is_empty());
+    for (i, k) in kubelets.into_iter().enumerate() {
+        assert_eq!(k.await.unwrap(), placed[&node_name(i)], "kubelet {i} sees exactly its pods");
+    }
+
+    // Kubelets report their pods running.
+    for (node, names) in &placed {
+        for name in names {
+            let status = json!({"status": {"phase": "Running", "podIP": "10.1.0.1", "hostIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}});
+            let p = pods.patch_status(name, &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+            assert_eq!((p.spec.unwrap().node_name.as_deref(), p.status.unwrap().phase.as_deref()), (Some(node.as_str()), Some("Running")));
+        }
+    }
+    let running = pods.list(&ListParams::default().fields("status.phase=Running")).await.unwrap();
+    assert_eq!(running.items.len(), PODS);
+
+    // kubectl: cordon a node, scale a deployment; an autoscaler read back.
+    let k = Kubectl { bin: kubectl_path("1.33"), server: router.url.clone(), home: tempdir::Dir::new() };
+    let kc = |args: Vec<String>| {
+        let k = &k;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        k.ok(&args, None)
+    };
+    kc(vec!["cordon".into(), node_name(0)]);
+    let schedulable = nodes.list(&ListParams::default().fields("spec.unschedulable=false")).await.unwrap();
+    assert_eq!(schedulable.items.len(), NODES - 1);
+    kc(vec!["uncordon".into(), node_name(0)]);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "work");
+    let d: Deployment = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+        "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}})).unwrap();
+    deployments.create(&PostParams::default(), &d).await.unwrap();
+    kc(vec!["-n".into(), "work".into(), "scale".into(), "deployment/web".into(), "--replicas=4".into()]);
+    assert_eq!(deployments.get("web").await.unwrap().spec.unwrap().replicas, Some(4));
+    let scale = deployments.get_scale("web").await.unwrap();
+    assert_eq!((scale.spec.unwrap().replicas, scale.status.unwrap().selector.as_deref()), (Some(4), Some("app=web")));
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(client.clone(), "work");
+    let hpa: HorizontalPodAutoscaler = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}, "maxReplicas": 10}})).unwrap();
+    hpas.create(&PostParams::default(), &hpa).await.unwrap();
+    let back = hpas.get("web").await.unwrap().spec.unwrap();
+    assert_eq!((back.min_replicas, back.metrics.unwrap().len()), (Some(1), 1), "upstream's defaults: one replica, 80% CPU");
+    let printed = kc(vec!["-n".into(), "work".into(), "get".into(), "hpa".into(), "web".into()]);
+    assert!(printed.contains("Deployment/web") && printed.contains("cpu: <unknown>/80%"), "{printed}");
+    drop(shards);
+}
