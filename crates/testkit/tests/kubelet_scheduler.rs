@@ -35,7 +35,7 @@ async fn kubelets_and_a_scheduler_run_against_the_router() {
     for r in HashRange::split_even(4) {
         shards.push(TestShard::start_shard(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
     }
-    let router = TestShard::start_router(&[etcd.endpoint.clone()], shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
+    let router = TestShard::start_router(std::slice::from_ref(&etcd.endpoint), shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
     wait_for(Duration::from_secs(20), || async { router.get("/api/v1/namespaces/kube-node-lease").await.0 == 200 }).await;
     router.namespace("work").await;
     let client = kube_client(&router.url);
