@@ -88,11 +88,38 @@ fn zero_status_fields(info: &ResourceInfo) -> &'static [&'static str] {
     }
 }
 
-/// Gives the object the status fields upstream always serializes (zero scalars, a Service's
-/// `loadBalancer: {}`) where unset, as a Go round trip of the stored object would: strict
-/// clients (the Python client's models) require them.
+/// The top-level fields of a kind that are Go value structs (`Spec NodeSpec`, not a pointer):
+/// Go's encoder writes them even when empty (`omitempty` does not omit a struct), so upstream's
+/// answers always carry them, and clients read them unguarded.
+fn value_struct_fields(info: &ResourceInfo) -> &'static [&'static str] {
+    match (info.group.as_str(), info.plural.as_str()) {
+        ("", "pods" | "services" | "nodes" | "persistentvolumes" | "persistentvolumeclaims" | "namespaces" | "replicationcontrollers" | "resourcequotas")
+        | ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets")
+        | ("batch", "jobs" | "cronjobs")
+        | ("autoscaling", "horizontalpodautoscalers")
+        | ("policy", "poddisruptionbudgets")
+        | ("networking.k8s.io", "ingresses" | "servicecidrs")
+        | ("storage.k8s.io", "volumeattachments")
+        | ("certificates.k8s.io", "certificatesigningrequests")
+        | ("flowcontrol.apiserver.k8s.io", "flowschemas" | "prioritylevelconfigurations")
+        | ("apiextensions.k8s.io", "customresourcedefinitions") => &["spec", "status"],
+        ("", "limitranges") | ("coordination.k8s.io", "leases") | ("networking.k8s.io", "ingressclasses" | "networkpolicies" | "ipaddresses") | ("storage.k8s.io", "csidrivers" | "csinodes") => &["spec"],
+        ("", "podtemplates") => &["template"],
+        _ => &[],
+    }
+}
+
+/// Gives the object the fields upstream always serializes where unset, as a Go round trip of
+/// the stored object would: empty value structs (`spec: {}`, `status: {}`), zero status scalars,
+/// a Service's `loadBalancer: {}`. Strict clients (the Python client's models, kr8s) require
+/// them.
 pub fn zero_status(info: &ResourceInfo, obj: &mut Value) {
     let Some(o) = obj.as_object_mut() else { return };
+    for field in value_struct_fields(info) {
+        if o.get(*field).is_none_or(Value::is_null) {
+            o.insert((*field).to_owned(), json!({}));
+        }
+    }
     if (info.group.as_str(), info.plural.as_str()) == ("", "services") {
         // LoadBalancerStatus is a struct, which Go's encoder never omits.
         let status = o.entry("status").or_insert_with(|| json!({}));
