@@ -78,13 +78,34 @@ pub fn set_defaults(info: &ResourceInfo, obj: &mut Value) {
     }
 }
 
-/// The status fields upstream's Go types serialize even at zero (no `omitempty`), by kind.
-fn zero_status_fields(info: &ResourceInfo) -> &'static [&'static str] {
+/// The status fields upstream's Go types serialize even at zero (no `omitempty`), by kind, with
+/// their zero value.
+fn zero_status_fields(info: &ResourceInfo) -> &'static [(&'static str, Zero)] {
+    use Zero::{False, Int};
     match (info.group.as_str(), info.plural.as_str()) {
-        ("", "replicationcontrollers") | ("apps", "replicasets") => &["replicas"],
-        ("apps", "statefulsets") => &["replicas", "availableReplicas"],
-        ("apps", "daemonsets") => &["currentNumberScheduled", "numberMisscheduled", "desiredNumberScheduled", "numberReady"],
+        ("", "replicationcontrollers") | ("apps", "replicasets") => &[("replicas", Int)],
+        ("apps", "statefulsets") => &[("replicas", Int), ("availableReplicas", Int)],
+        ("apps", "daemonsets") => &[("currentNumberScheduled", Int), ("numberMisscheduled", Int), ("desiredNumberScheduled", Int), ("numberReady", Int)],
+        ("autoscaling", "horizontalpodautoscalers") => &[("desiredReplicas", Int)],
+        ("policy", "poddisruptionbudgets") => &[("disruptionsAllowed", Int), ("currentHealthy", Int), ("desiredHealthy", Int), ("expectedPods", Int)],
+        ("storage.k8s.io", "volumeattachments") => &[("attached", False)],
         _ => &[],
+    }
+}
+
+/// A Go zero value.
+#[derive(Clone, Copy)]
+enum Zero {
+    Int,
+    False,
+}
+
+impl Zero {
+    fn value(self) -> Value {
+        match self {
+            Zero::Int => json!(0),
+            Zero::False => json!(false),
+        }
     }
 }
 
@@ -134,8 +155,8 @@ pub fn zero_status(info: &ResourceInfo, obj: &mut Value) {
     }
     let status = o.entry("status").or_insert_with(|| json!({}));
     if let Some(s) = status.as_object_mut() {
-        for f in fields {
-            s.entry(*f).or_insert_with(|| json!(0));
+        for (f, zero) in fields {
+            s.entry(*f).or_insert_with(|| zero.value());
         }
     }
 }
