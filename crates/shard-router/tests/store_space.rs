@@ -30,21 +30,7 @@ async fn a_full_store_through_the_router_recovers_and_a_shard_restarted_meanwhil
     let mut w = r.watch(&format!("{CM}?watch=1&resourceVersion={}", rv(&small))).await;
 
     // Fill it: one large object rewritten until the store refuses.
-    let (code, mut big) = r.post(CM, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"v": "x".repeat(900 * 1024), "n": "0"}})).await;
-    assert_eq!(code, 201, "{big}");
-    let mut acknowledged = vec![rv(&big)];
-    let refused = loop {
-        assert!(acknowledged.len() < 40, "an 8 MiB quota took {} writes of 900 KiB without an alarm", acknowledged.len());
-        big["data"]["n"] = json!(acknowledged.len().to_string());
-        let (code, body) = r.put(&format!("{CM}/big"), &big).await;
-        if code != 200 {
-            break (code, body);
-        }
-        big = body;
-        acknowledged.push(rv(&big));
-    };
-    assert_eq!(refused.0, 500, "{}", refused.1);
-    assert!(refused.1["message"].as_str().unwrap().contains("database space exceeded"), "{}", refused.1);
+    let Filled { mut big, mut acknowledged } = fill_until_refused(&r, CM).await;
     // Where the operator looks: the router's /readyz and shardctl.
     let (code, text) = readyz(&r.url).await;
     assert_eq!(code, 500, "{text}");

@@ -317,3 +317,34 @@ pub async fn etcd_range_calls(endpoint: &str) -> f64 {
     let text = client().get(format!("{endpoint}/metrics")).send().await.unwrap().text().await.unwrap();
     text.lines().filter(|l| l.starts_with("grpc_server_handled_total{") && l.contains("grpc_method=\"Range\"")).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
 }
+
+/// What filling a store up to its space quota left ([`fill_until_refused`]).
+pub struct Filled {
+    /// The large object as its last acknowledged write left it.
+    pub big: Value,
+    /// The resourceVersion of every acknowledged write of it, in order.
+    pub acknowledged: Vec<u64>,
+}
+
+/// Fills the store behind `s` (one with a small `--quota-backend-bytes`, 8 MiB in the drills)
+/// by creating a 900 KiB ConfigMap `big` in `collection` and rewriting it until a write is
+/// refused; checks that the refusal is upstream's answer to etcd's NOSPACE (500, "database
+/// space exceeded"). Old revisions of `big` are what compaction frees afterwards.
+pub async fn fill_until_refused(s: &TestShard, collection: &str) -> Filled {
+    let (code, mut big) = s.post(collection, &serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"v": "x".repeat(900 * 1024), "n": "0"}})).await;
+    assert_eq!(code, 201, "{big}");
+    let mut acknowledged = vec![rv(&big)];
+    let refused = loop {
+        assert!(acknowledged.len() < 40, "an 8 MiB quota took {} writes of 900 KiB without an alarm", acknowledged.len());
+        big["data"]["n"] = serde_json::json!(acknowledged.len().to_string());
+        let (code, body) = s.put(&format!("{collection}/big"), &big).await;
+        if code != 200 {
+            break (code, body);
+        }
+        big = body;
+        acknowledged.push(rv(&big));
+    };
+    assert_eq!(refused.0, 500, "{}", refused.1);
+    assert!(refused.1["message"].as_str().unwrap().contains("database space exceeded"), "{}", refused.1);
+    Filled { big, acknowledged }
+}

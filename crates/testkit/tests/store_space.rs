@@ -23,23 +23,7 @@ async fn a_full_store_raises_the_alarm_where_operators_look_and_recovers_with_no
     let (code, small) = s.post(CM, &configmap("small", json!({}))).await;
     assert_eq!(code, 201, "{small}");
     let mut w = s.watch(&format!("{CM}?watch=1&resourceVersion={}", rv(&small))).await;
-    let payload = "x".repeat(900 * 1024);
-    let (code, mut big) = s.post(CM, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"}, "data": {"v": payload, "n": "0"}})).await;
-    assert_eq!(code, 201, "{big}");
-    let mut acknowledged = vec![rv(&big)];
-    let refused = loop {
-        assert!(acknowledged.len() < 40, "an 8 MiB quota took {} writes of 900 KiB without an alarm", acknowledged.len());
-        big["data"]["n"] = json!(acknowledged.len().to_string());
-        let (code, body) = s.put(&format!("{CM}/big"), &big).await;
-        if code != 200 {
-            break (code, body);
-        }
-        big = body;
-        acknowledged.push(rv(&big));
-    };
-    // Upstream's answer to a write etcd refuses for space.
-    assert_eq!(refused.0, 500, "{}", refused.1);
-    assert!(refused.1["message"].as_str().unwrap().contains("database space exceeded"), "{}", refused.1);
+    let Filled { mut big, mut acknowledged } = fill_until_refused(&s, CM).await;
     // Where the operator looks.
     let (code, text) = readyz(&s.url).await;
     assert_eq!(code, 500, "{text}");
