@@ -84,6 +84,9 @@ pub(crate) async fn apply(c: Call<'_>, mut source: Source) -> Reply {
         admit_custom(info, &mut new)?;
         strategy::prepare_for_update(info, &old, &mut new, sub);
         crate::crds::admit(shard, info, &mut new, sub).await;
+        if sub == Subresource::Main {
+            crate::admission::admit_update(shard, info, &mut new).await?;
+        }
         if let Some(r) = write_over(shard, info, Stored { key: &key, kv: &kv, old: &old }, new, dry, &warnings).await? {
             return Ok(r);
         }

@@ -8,11 +8,14 @@
 //! router acts on), never answer a read from a cache that has not reached the requested revision,
 //! and never write to etcd except by compare-and-swap on the object's own key.
 
+mod admission;
 mod apply;
 mod binding;
+mod converted;
 pub mod bootstrap;
 pub mod cli;
 pub mod crds;
+pub mod informer;
 pub mod membership;
 pub mod namespaces;
 pub mod read;

@@ -297,6 +297,7 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
         });
     }
     let answer = match (ctx.method.as_str(), name) {
+        ("POST" | "PUT" | "PATCH" | "DELETE", _) if t.info.stored_as.is_some() => crate::converted::write(call, ctx.method.as_str()).await,
         ("GET", None) => {
             let o = ListOptions::parse(query, &t.info)?;
             return Ok(if o.watch { watch::watch(shard.clone(), t, o, view).await? } else { crate::read::list(shard, &t, &o, view).await? });

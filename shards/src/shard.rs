@@ -83,6 +83,9 @@ pub struct Shard {
     pub min_request_timeout: Duration,
     /// The caches' settings (their history bounds decide which RVs a watch can resume from).
     pub cache_config: CacheConfig,
+    /// The configuration objects admission reads (priority, storage, ingress and runtime
+    /// classes, limit ranges), followed across the whole hash space.
+    pub informers: crate::informer::Informers,
 }
 
 impl Shard {
@@ -92,7 +95,9 @@ impl Shard {
     /// loads or lets go of a range (a single-shard deployment, or a baseline beside a cluster).
     pub fn start(config: &crate::server::ShardConfig, stores: Stores, shutdown: CancellationToken) -> Arc<Self> {
         let catalog = shardplane_catalog::Follower::start(stores.of(shardplane_apimachinery::crd::GROUP, shardplane_apimachinery::crd::PLURAL).clone(), shutdown.clone());
+        let informers = crate::informer::Informers::start(|g, p| stores.of(g, p).clone(), &shutdown);
         let shard = Arc::new(Self {
+            informers,
             id: config.id.clone(),
             storage: stores.main().clone(),
             stores,
@@ -128,12 +133,13 @@ impl Shard {
     fn serve_catalog(&self, catalog: &shardplane_catalog::Catalog) {
         let mut table = self.table.write().unwrap_or_else(|p| p.into_inner()).clone();
         let ranges = self.ranges();
-        // One cache per resource, decoding with the storage version's facts (the first served
-        // version's when storage is not served).
+        // One cache per stored resource, decoding with the storage version's facts (the first
+        // served version's when storage is not served); a converted version (RFC 0011) reads
+        // the cache of the resource it is stored as.
         let mut decoders: Vec<&Arc<ResourceInfo>> = Vec::new();
         for info in catalog.resources.iter().filter(|i| !i.create_only) {
-            let storage = info.custom.as_ref().is_none_or(|c| c.storage_version == info.version);
-            match decoders.iter().position(|d| d.group == info.group && d.plural == info.plural) {
+            let storage = info.is_storage_version();
+            match decoders.iter().position(|d| d.storage_group() == info.storage_group() && d.plural == info.plural) {
                 Some(i) if storage => decoders[i] = info,
                 Some(_) => {}
                 None => decoders.push(info),
@@ -144,7 +150,7 @@ impl Shard {
         // watches ended, as upstream restarts a CRD's storage when the CRD changes — and, if the
         // resource is still served, starts again below with the new facts.
         table.by_resource.retain(|k, served| {
-            let keep = decoders.iter().any(|d| d.group == k.0 && d.plural == k.1 && ***d == *served.info);
+            let keep = decoders.iter().any(|d| d.storage_group() == k.0 && d.plural == k.1 && ***d == *served.info);
             if !keep {
                 tracing::info!(group = %k.0, resource = %k.1, "a custom resource's cache ends: its CustomResourceDefinition is gone or changed");
                 served.stop.cancel();
@@ -153,7 +159,7 @@ impl Shard {
             keep
         });
         for info in decoders {
-            let k = (info.group.clone(), info.plural.clone());
+            let k = (info.storage_group().to_owned(), info.plural.clone());
             if table.by_resource.contains_key(&k) {
                 continue;
             }
@@ -161,7 +167,7 @@ impl Shard {
             let cache = Arc::new(WatchCache::new(self.cache_config.clone()));
             let (commands, rx) = tokio::sync::mpsc::channel(4);
             let stop = self.shutdown.child_token();
-            let range = KeyRange::new(&info.group, &info.plural, ranges.clone());
+            let range = KeyRange::new(info.storage_group(), &info.plural, ranges.clone());
             tokio::spawn(reflector::run(self.store(info).clone(), cache.clone(), codec.clone(), range, rx, stop.clone()));
             if info.custom.is_some() {
                 tracing::info!(group = %info.group, resource = %info.plural, "serving a custom resource");
@@ -175,7 +181,7 @@ impl Shard {
 
     /// The store that holds `info`'s objects (its revisions are their resourceVersions).
     pub fn store(&self, info: &ResourceInfo) -> &Storage {
-        self.stores.of(&info.group, &info.plural)
+        self.stores.of(info.storage_group(), &info.plural)
     }
 
     /// The served resources, in discovery order.
@@ -213,7 +219,7 @@ impl Shard {
 
     /// The served resource (group, plural) of a built-in (always served).
     pub fn builtin(&self, group: &str, plural: &str) -> Arc<ResourceInfo> {
-        self.resources().iter().find(|r| r.group == group && r.plural == plural).expect("built-ins are always served").clone()
+        self.resources().iter().find(|r| r.group == group && r.plural == plural && r.is_storage_version()).expect("built-ins are always served").clone()
     }
 
     /// The range-map epoch this shard is at.
@@ -299,7 +305,7 @@ impl Shard {
         if owns_all_it_holds && !self.moved.load(std::sync::atomic::Ordering::Relaxed) {
             return None;
         }
-        Some(shardplane_watchcache::Owned { group: info.group.clone(), plural: info.plural.clone(), ranges: assigned })
+        Some(shardplane_watchcache::Owned { group: info.storage_group().to_owned(), plural: info.plural.clone(), ranges: assigned })
     }
 
     /// The ranges every cache holds.
@@ -353,10 +359,10 @@ impl Shard {
         self.ranges_changed.notify_one();
     }
 
-    /// The served resource for (group, plural); 404 if it is no longer served (its CRD was
+    /// The served resource for `info`'s stored (group, plural); 404 if it is no longer served (its CRD was
     /// deleted since the request was parsed).
     pub fn served(&self, info: &ResourceInfo) -> Result<Arc<Served>, ApiError> {
-        self.table.read().unwrap_or_else(|p| p.into_inner()).by_resource.get(&(info.group.clone(), info.plural.clone())).cloned().ok_or_else(ApiError::path_not_found)
+        self.table.read().unwrap_or_else(|p| p.into_inner()).by_resource.get(&(info.storage_group().to_owned(), info.plural.clone())).cloned().ok_or_else(ApiError::path_not_found)
     }
 
     /// Whether every cache has loaded.
@@ -371,7 +377,7 @@ impl Shard {
 
     /// The etcd key of an object, or 421 if this shard does not own it.
     pub fn owned_key(&self, info: &ResourceInfo, namespace: &str, name: &str) -> Result<Vec<u8>, ApiError> {
-        let key = ObjectKey::new(&info.group, &info.plural, namespace, name);
+        let key = ObjectKey::new(info.storage_group(), &info.plural, namespace, name);
         let h = key.hash();
         if !self.owns(h) {
             let view = self.map.read().unwrap_or_else(|p| p.into_inner()).clone();
@@ -383,7 +389,7 @@ impl Shard {
 
     /// The etcd key of any object (for reads of keys other shards own, such as namespaces).
     pub fn any_key(info: &ResourceInfo, namespace: &str, name: &str) -> Vec<u8> {
-        etcd_layout::object_key(&ObjectKey::new(&info.group, &info.plural, namespace, name)).into_bytes()
+        etcd_layout::object_key(&ObjectKey::new(info.storage_group(), &info.plural, namespace, name)).into_bytes()
     }
 }
 

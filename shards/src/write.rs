@@ -133,7 +133,7 @@ fn respond_warning(code: StatusCode, obj: &mut Value, rv: Option<u64>, unknown: 
 /// Applies `fieldValidation` (default Warn): unknown fields are dropped, as decoding into the
 /// typed object drops them upstream; Strict refuses them. Then a custom resource's schema
 /// defaults are filled in and its value rules checked (422). Returns the fields to warn about.
-fn validate_fields(info: &ResourceInfo, query: &str, obj: &mut Value, raw: &[u8]) -> Result<Vec<String>, ApiError> {
+pub(crate) fn validate_fields(info: &ResourceInfo, query: &str, obj: &mut Value, raw: &[u8]) -> Result<Vec<String>, ApiError> {
     let mode = FieldValidation::parse(form_value(query, "fieldValidation").as_deref())?;
     // Duplicate keys exist only in JSON bytes (protobuf bodies start with "k8s\0").
     let json = raw.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
@@ -208,6 +208,7 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
     crate::crds::refuse_create_if_terminating(shard, info)?;
     strategy::prepare_for_create(info, &mut obj);
     crate::crds::admit(shard, info, &mut obj, Subresource::Main).await;
+    crate::admission::admit_create(shard, info, &mut obj).await?;
     if dry {
         return respond_warning(StatusCode::CREATED, &mut obj, None, unknown);
     }
@@ -322,6 +323,9 @@ async fn update_from(c: Call<'_>, mut source: Source) -> Reply {
         }
         strategy::prepare_for_update(info, &old, &mut new, sub);
         crate::crds::admit(shard, info, &mut new, sub).await;
+        if sub == Subresource::Main {
+            crate::admission::admit_update(shard, info, &mut new).await?;
+        }
         if let Some(r) = write_over(shard, info, Stored { key: &key, kv: &kv, old: &old }, new, dry, &unknown).await? {
             return Ok(r);
         }
@@ -376,6 +380,9 @@ async fn patch_from(c: Call<'_>, mut source: Source) -> Reply {
         let unknown = validate_fields(info, query, &mut new, &[])?;
         strategy::prepare_for_update(info, &old, &mut new, sub);
         crate::crds::admit(shard, info, &mut new, sub).await;
+        if sub == Subresource::Main {
+            crate::admission::admit_update(shard, info, &mut new).await?;
+        }
         if let Some(r) = write_over(shard, info, Stored { key: &key, kv: &kv, old: &old }, new, dry, &unknown).await? {
             return Ok(r);
         }

@@ -313,6 +313,7 @@ pub fn served_resources(crd: &Value) -> Vec<ResourceInfo> {
                 selectable_fields: v.get("selectableFields").and_then(Value::as_array).map(|fs| fs.iter().filter_map(|f| f["jsonPath"].as_str().map(|p| p.trim_start_matches('.').to_owned())).collect()).unwrap_or_else(|| Arc::from(Vec::new())),
                 name_rule: NameRule::Subdomain,
                 create_only: false,
+                stored_as: None,
                 custom: Some(Arc::new(CustomVersion {
                     crd: s(crd, "/metadata/name").to_owned(),
                     storage_version: storage_version.clone(),

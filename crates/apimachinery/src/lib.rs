@@ -12,8 +12,8 @@
 //! - **Write rules**: object metadata ([`meta`]), per-kind create and update strategies
 //!   ([`strategy`]), field validation by schema
 //!   ([`field_validation`]), per-kind validation ([`kind_rules`]), upstream's defaulting ([`defaults`]),
-//!   the mutating admission steps shardplane runs ([`admission`]), string formats ([`formats`]), custom
-//!   resources' value rules ([`structural`]), CustomResourceDefinitions and what they serve
+//!   the admission plugins' decisions ([`admission`], [`limit_ranger`]), resource quantities ([`quantity`]), string formats ([`formats`]), custom
+//!   resources' value rules ([`structural`]), conversions between served versions ([`conversion`]), CustomResourceDefinitions and what they serve
 //!   ([`crd`]), the three patch formats ([`patch`]) and server-side apply ([`apply`]).
 //!
 //! One crate rather than three: every write rule reads the vocabulary and the codecs, and none of
@@ -26,6 +26,7 @@
 pub mod admission;
 pub mod apply;
 pub mod continue_token;
+pub mod conversion;
 pub mod crd;
 pub mod defaults;
 pub mod delete_options;
@@ -34,11 +35,13 @@ pub mod field_validation;
 pub mod formats;
 pub mod go_duration;
 pub mod kind_rules;
+pub mod limit_ranger;
 pub mod list_options;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod quantity;
 pub mod request_path;
 pub mod resources;
 pub mod selectors;

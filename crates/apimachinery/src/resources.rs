@@ -58,9 +58,49 @@ pub struct ResourceInfo {
     /// For a custom resource, what its CRD says of this version (schema, subresources,
     /// printer columns); None for built-ins.
     pub custom: Option<std::sync::Arc<crate::crd::CustomVersion>>,
+    /// A built-in version whose objects are kept as another resource version and converted on
+    /// the way in and out ([`crate::conversion`]); None when this version is the stored one.
+    pub stored_as: Option<StoredAs>,
+}
+
+/// Where a converted built-in version's objects are kept (RFC 0011): autoscaling/v1
+/// HorizontalPodAutoscalers as autoscaling/v2 ones, events.k8s.io/v1 Events as core/v1 Events.
+/// Keys, placement hash, cache and store are the stored resource's, so both versions read and
+/// write the same objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredAs {
+    /// Stored as autoscaling/v2 HorizontalPodAutoscalers.
+    AutoscalingV2,
+    /// Stored as core/v1 Events.
+    CoreEvents,
+}
+
+impl StoredAs {
+    /// The (group, version) the objects are stored in.
+    pub fn group_version(self) -> (&'static str, &'static str) {
+        match self {
+            StoredAs::AutoscalingV2 => ("autoscaling", "v2"),
+            StoredAs::CoreEvents => ("", "v1"),
+        }
+    }
 }
 
 impl ResourceInfo {
+    /// The group whose keys, placement hash, cache and store hold this resource's objects: its
+    /// own, except for a version stored as another group's (events.k8s.io Events are core ones).
+    pub fn storage_group(&self) -> &str {
+        match self.stored_as {
+            Some(s) => s.group_version().0,
+            None => &self.group,
+        }
+    }
+
+    /// Whether objects are stored in this version (every built-in not converted, and a custom
+    /// resource's storage version).
+    pub fn is_storage_version(&self) -> bool {
+        self.stored_as.is_none() && self.custom.as_ref().is_none_or(|c| c.storage_version == self.version)
+    }
+
     /// `apiVersion` as written in objects: `v1` or `apps/v1`.
     pub fn api_version(&self) -> String {
         if self.group.is_empty() { self.version.to_owned() } else { format!("{}/{}", self.group, self.version) }
@@ -152,6 +192,7 @@ where
         name_rule: extra.name_rule,
         create_only: false,
         custom: None,
+        stored_as: None,
     }
 }
 
@@ -176,11 +217,37 @@ fn bindings() -> ResourceInfo {
         name_rule: NameRule::Subdomain,
         create_only: true,
         custom: None,
+        stored_as: None,
     }
 }
 
+/// A built-in version stored as another resource version (see [`StoredAs`]).
+fn converted<K>(extra: Extra, stored_as: StoredAs) -> ResourceInfo
+where
+    K: k8s_openapi::Resource + k8s_openapi::ListableResource,
+    K::Scope: Scope,
+{
+    ResourceInfo { stored_as: Some(stored_as), ..builtin::<K>(extra) }
+}
+
+/// core/v1 Events' selectable fields (upstream's `event.GetAttrs`).
+const EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
 /// Every resource a shard serves, in discovery order.
 pub fn builtin_resources() -> Vec<ResourceInfo> {
+    use k8s_openapi::api::{autoscaling::v1 as autoscaling_v1, events::v1 as events};
     use k8s_openapi::api::{apps::v1 as apps, autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certificates, coordination::v1 as coord, core::v1 as core};
     use k8s_openapi::api::{discovery::v1 as discovery, flowcontrol::v1 as flowcontrol, networking::v1 as networking, node::v1 as node, policy::v1 as policy};
     use k8s_openapi::api::{rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage};
@@ -233,19 +300,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         builtin::<core::Event>(Extra {
             short_names: &["ev"],
             allow_create_on_update: true,
-            selectable_fields: &[
-                "involvedObject.kind",
-                "involvedObject.namespace",
-                "involvedObject.name",
-                "involvedObject.uid",
-                "involvedObject.apiVersion",
-                "involvedObject.resourceVersion",
-                "involvedObject.fieldPath",
-                "reason",
-                "reportingComponent",
-                "source",
-                "type",
-            ],
+            selectable_fields: EVENT_FIELDS,
             name_rule: NameRule::PathSegment,
             ..Extra::PLAIN
         }),
@@ -266,12 +321,15 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         builtin::<batch::Job>(Extra { selectable_fields: &["status.successful"], ..Extra::WORKLOAD }),
         builtin::<batch::CronJob>(Extra { short_names: &["cj"], ..Extra::WORKLOAD }),
         builtin::<autoscaling::HorizontalPodAutoscaler>(Extra { short_names: &["hpa"], categories: &["all"], ..status }),
+        converted::<autoscaling_v1::HorizontalPodAutoscaler>(Extra { short_names: &["hpa"], categories: &["all"], ..status }, StoredAs::AutoscalingV2),
         builtin::<policy::PodDisruptionBudget>(Extra { short_names: &["pdb"], tracks_generation: true, ..status }),
         builtin::<rbac::Role>(rbac_object),
         builtin::<rbac::ClusterRole>(rbac_object),
         builtin::<rbac::RoleBinding>(rbac_object),
         builtin::<rbac::ClusterRoleBinding>(rbac_object),
         builtin::<discovery::EndpointSlice>(Extra::PLAIN),
+        // Selectable by the core names its field labels map to (crate::conversion::field_label).
+        converted::<events::Event>(Extra { short_names: &["ev"], selectable_fields: EVENT_FIELDS, ..Extra::PLAIN }, StoredAs::CoreEvents),
         builtin::<networking::Ingress>(Extra { short_names: &["ing"], tracks_generation: true, ..status }),
         builtin::<networking::IngressClass>(Extra::PLAIN),
         builtin::<networking::NetworkPolicy>(Extra { short_names: &["netpol"], tracks_generation: true, ..Extra::PLAIN }),

@@ -308,11 +308,13 @@ impl FieldSelector {
                 continue;
             }
             let (field, equals, value) = split_term(&raw).ok_or_else(|| format!("invalid selector: '{s}'; can't understand '{raw}'"))?;
-            let field = unescape(field)?;
+            let label = unescape(field)?;
             let value = unescape(value)?;
-            if !resource.supports_field(&field) {
-                return Err(format!("field label not supported: {field}"));
-            }
+            // Terms name the stored version's fields, which the cache indexes.
+            let field = match crate::conversion::field_label(resource, &label) {
+                Some(f) if resource.supports_field(&f) => f.into_owned(),
+                _ => return Err(format!("field label not supported: {label}")),
+            };
             terms.push(FieldTerm { field, equals, value });
         }
         Ok(Self { terms })

@@ -93,6 +93,9 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
         meta.remove("resourceVersion");
         meta.remove("selfLink");
     }
+    if info.plural == "pods" && info.group.is_empty() {
+        crate::admission::keep_pod_priority(old, new);
+    }
     let new_obj = new.as_object_mut().expect("object");
     match sub {
         Subresource::Main if info.has_status => match old.get("status") {

@@ -97,10 +97,8 @@ pub fn check_type(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> 
 
 /// An object's stored bytes as the version `info` names serves them: a custom resource's objects
 /// are stored in its storage version and answered in whichever served version was asked
-/// (conversion `None`); a built-in's pass unchanged.
+/// (conversion `None`); a converted built-in version's are converted (RFC 0011); other
+/// built-ins' pass unchanged.
 pub fn served<'a>(info: &ResourceInfo, bytes: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
-    match &info.custom {
-        Some(_) => shardplane_apimachinery::encode::in_version(bytes, &info.api_version()),
-        None => std::borrow::Cow::Borrowed(bytes),
-    }
+    shardplane_apimachinery::conversion::served_bytes(info, bytes)
 }

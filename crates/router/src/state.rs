@@ -215,13 +215,13 @@ impl RouterState {
 
     /// The URL of the shard owning an object.
     pub fn owner(&self, info: &ResourceInfo, namespace: &str, name: &str) -> String {
-        self.read().owner(placement_hash(&info.group, &info.plural, namespace, name)).url.clone()
+        self.read().owner(placement_hash(info.storage_group(), &info.plural, namespace, name)).url.clone()
     }
 
     /// The current revision of the store that holds `info`, read from it directly (one round
     /// trip, not a hop through a shard that reads it the same way).
     pub async fn current_revision(&self, info: &ResourceInfo) -> Result<u64, ApiError> {
-        self.stores.of(&info.group, &info.plural).current_revision().await.map_err(shardplane_http::storage_errors::status_of)
+        self.stores.of(info.storage_group(), &info.plural).current_revision().await.map_err(shardplane_http::storage_errors::status_of)
     }
 
     /// Where a merged watch of `resource` (group, plural) switches to a new map's shards, given

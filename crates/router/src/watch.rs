@@ -114,7 +114,7 @@ pub async fn watch(shards: Arc<RouterState>, t: Target, o: ListOptions, query: &
         query: query.only(&STREAM_FILTERS),
         accept: headers.get(header::ACCEPT).cloned(),
         progress_path: format!("{}?group={}&resource={}", protocol::PROGRESS_PATH, t.info.group, t.info.plural),
-        resource: (t.info.group.clone(), t.info.plural.clone()),
+        resource: (t.info.storage_group().to_owned(), t.info.plural.clone()),
     };
     // Where the client's changes start, and the initial state (read at that one revision).
     let (start, initial): (u64, Option<(Initial, InitialPage)>) = match o.watch_start() {

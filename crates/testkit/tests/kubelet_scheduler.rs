@@ -2,7 +2,8 @@
 //! and a scheduler would use it: 50 nodes register (object, status, a lease in kube-node-lease,
 //! renewed), a scheduler binds 100 pending pods through `pods/binding`, each kubelet watches its
 //! own pods (`spec.nodeName=<node>`) and sees exactly those, then reports them Running through
-//! the status subresource; kubectl cordons a node and scales a deployment; an autoscaler is read.
+//! the status subresource; kubectl cordons a node and scales a deployment; an autoscaler is read
+//! and written in autoscaling/v2 and v1; kubelets' events go in through events.k8s.io/v1.
 
 use futures::TryStreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -139,5 +140,40 @@ async fn kubelets_and_a_scheduler_run_against_the_router() {
     assert_eq!((back.min_replicas, back.metrics.unwrap().len()), (Some(1), 1), "upstream's defaults: one replica, 80% CPU");
     let printed = kc(vec!["-n".into(), "work".into(), "get".into(), "hpa".into(), "web".into()]);
     assert!(printed.contains("Deployment/web") && printed.contains("cpu: <unknown>/80%"), "{printed}");
+    // The same autoscaler in autoscaling/v1, as older controllers read and write it: one stored
+    // object, converted both ways, whichever shard holds it.
+    let v1: Api<k8s_openapi::api::autoscaling::v1::HorizontalPodAutoscaler> = Api::namespaced(client.clone(), "work");
+    let old = v1.get("web").await.unwrap();
+    assert_eq!(old.spec.as_ref().unwrap().target_cpu_utilization_percentage, Some(80));
+    v1.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"targetCPUUtilizationPercentage": 50, "maxReplicas": 6}}))).await.unwrap();
+    let now = hpas.get("web").await.unwrap().spec.unwrap();
+    let cpu = now.metrics.unwrap()[0].resource.as_ref().unwrap().target.average_utilization;
+    assert_eq!((cpu, now.max_replicas), (Some(50), 6), "a v1 write is seen in v2");
+    hpas.patch("web", &PatchParams::default(), &Patch::Merge(json!({"spec": {"metrics": [
+        {"type": "Pods", "pods": {"metric": {"name": "qps"}, "target": {"type": "AverageValue", "averageValue": "10"}}},
+        {"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]}}))).await.unwrap();
+    // A read-modify-write through v1 keeps the metric v1 cannot express (upstream's annotation).
+    let mut through_v1 = v1.get("web").await.unwrap();
+    through_v1.spec.as_mut().unwrap().max_replicas = 7;
+    v1.replace("web", &PostParams::default(), &through_v1).await.unwrap();
+    let kept = hpas.get("web").await.unwrap();
+    assert_eq!(kept.spec.as_ref().unwrap().max_replicas, 7);
+    assert_eq!(kept.spec.unwrap().metrics.unwrap().len(), 2, "the Pods metric survived a v1 update");
+    assert!(kept.metadata.annotations.unwrap_or_default().keys().all(|k| !k.starts_with("autoscaling.alpha")), "round-trip annotations are never stored");
+    // Kubelets report through events.k8s.io/v1 (as client-go's new recorder does); the core API
+    // reads the same events, and each API selects by its own field names.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "work");
+    for i in 0..10 {
+        let e = json!({"metadata": {"name": format!("pulled.{i}")}, "eventTime": "2026-12-01T10:00:00.000000Z", "reportingController": "kubelet", "reportingInstance": node_name(i),
+            "action": "Pulling", "reason": "Pulled", "note": "image pulled", "type": "Normal", "regarding": {"kind": "Pod", "name": format!("pod-{i}"), "namespace": "work"}});
+        events.create(&PostParams::default(), &serde_json::from_value(e).unwrap()).await.unwrap();
+    }
+    let selected = events.list(&ListParams::default().fields("regarding.name=pod-3")).await.unwrap();
+    assert_eq!(selected.items.iter().map(|e| e.metadata.name.clone().unwrap()).collect::<Vec<_>>(), vec!["pulled.3".to_owned()]);
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "work");
+    let core_selected = core.list(&ListParams::default().fields("involvedObject.name=pod-3")).await.unwrap();
+    assert_eq!(core_selected.items.len(), 1);
+    assert_eq!(core_selected.items[0].message.as_deref(), Some("image pulled"));
+    assert_eq!(core.list(&ListParams::default()).await.unwrap().items.len(), 10);
     drop(shards);
 }

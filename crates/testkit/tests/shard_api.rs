@@ -681,10 +681,14 @@ async fn discovery_legacy_and_aggregated() {
     let names: Vec<&str> = groups["groups"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
     // Upstream's order of the groups served.
     let want = [
-        "apps", "autoscaling", "batch", "certificates.k8s.io", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "apiextensions.k8s.io",
+        "apps", "events.k8s.io", "autoscaling", "batch", "certificates.k8s.io", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "apiextensions.k8s.io",
         "scheduling.k8s.io", "coordination.k8s.io", "node.k8s.io", "discovery.k8s.io", "flowcontrol.apiserver.k8s.io",
     ];
     assert_eq!(names, want);
+    // autoscaling serves v2 (preferred) and v1, as upstream.
+    let autoscaling = groups["groups"].as_array().unwrap().iter().find(|g| g["name"] == "autoscaling").unwrap();
+    assert_eq!(autoscaling["versions"].as_array().unwrap().iter().map(|v| v["version"].as_str().unwrap()).collect::<Vec<_>>(), ["v2", "v1"]);
+    assert_eq!(autoscaling["preferredVersion"]["version"], "v2");
     for g in groups["groups"].as_array().unwrap() {
         let (code, group) = s.get(&format!("/apis/{}", g["name"].as_str().unwrap())).await;
         assert_eq!((code, group["kind"].as_str()), (200, Some("APIGroup")));

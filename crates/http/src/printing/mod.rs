@@ -68,7 +68,7 @@ pub fn columns(info: &ResourceInfo) -> Vec<Value> {
     if let Some(c) = &info.custom {
         return custom_columns(c);
     }
-    match kinds::of(&info.group, &info.plural) {
+    match kinds::of(info.storage_group(), &info.plural) {
         Some(cols) => cols.iter().map(|k| col(k.name, k.ty, if k.name == "Name" { "name" } else { "" }, k.description, k.priority)).collect(),
         None => vec![col("Name", "string", "name", NAME_DESC, 0), col("Age", "string", "", AGE_DESC, 0)],
     }
@@ -79,7 +79,16 @@ pub fn cells(info: &ResourceInfo, obj: &Value) -> Vec<Value> {
     if let Some(c) = &info.custom {
         return custom_cells(c, obj);
     }
-    match kinds::of(&info.group, &info.plural) {
+    // A converted version prints as the version it is stored in (upstream prints its internal
+    // type, whatever version was asked), from stored bytes or, at a router, served ones.
+    let stored;
+    let obj = if info.stored_as.is_some() && obj["apiVersion"] == info.api_version().as_str() {
+        stored = shardplane_apimachinery::conversion::to_storage(info, obj.clone());
+        &stored
+    } else {
+        obj
+    };
+    match kinds::of(info.storage_group(), &info.plural) {
         Some(cols) => cols.iter().map(|k| (k.cell)(obj)).collect(),
         None => vec![kinds::name(obj), kinds::age_cell(obj)],
     }
