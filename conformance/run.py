@@ -47,6 +47,7 @@ def suites():
     return {
         "upstream": ("Upstream [Conformance] checks that need only an API server, reproduced with the PyPI kubernetes client", [str(HERE / "upstream")]),
         "hostile": ("Hostile input: malformed, oversized and encoded-to-trick requests get upstream's Status; the server keeps serving and canary objects stay intact", [str(HERE / "hostile")]),
+        "validation": ("Invalid objects of every served kind and changes to immutable fields, each answered with upstream's 422 causes", [str(HERE / "validation")]),
         "shardplane": ("shardplane checks: KEP-5866 shardSelector and the invariants I2-I5 from outside", [str(HERE / "shardplane")]),
         "kubectl": ("kubectl 1.27-1.33 scenario matrix, a fresh HOME per run", [str(HERE / "kubectl")]),
         "client-go": ("client-go 0.32 (Debian): protobuf writes while SharedInformers (list-watch and WatchList) follow; each must see every acknowledged write and end equal to a LIST", [str(HERE / "clientgo")]),
@@ -112,7 +113,11 @@ def register_node(url):
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read())
     created = send("POST", "/api/v1/nodes", SEED_NODE)
-    send("PUT", "/api/v1/nodes/conformance-node/status", {**created, "status": SEED_NODE["status"]})
+    ready = send("PUT", "/api/v1/nodes/conformance-node/status", {**created, "status": SEED_NODE["status"]})
+    # A new node is tainted not-ready (TaintNodesByCondition); once the node reports Ready,
+    # kube-controller-manager's node lifecycle controller lifts the taint, as is done here.
+    ready["spec"]["taints"] = [t for t in ready["spec"].get("taints", []) if t.get("key") != "node.kubernetes.io/not-ready"]
+    send("PUT", "/api/v1/nodes/conformance-node", ready)
 
 
 class Topology:

@@ -6,8 +6,10 @@ installed one), run with a fresh HOME so no cache from another run leaks in.
 kr8s's suite runs on kind, where kube-system always holds the control-plane pods, and several
 of its tests list pods across the cluster expecting some. An API server with no kubelet has
 none, so the fixture makes sure kube-system holds one pod (`conformance-seed`), as a cluster
-with a control plane would; it is left in place (a real cluster is not emptied either)."""
+with a control plane would; it is left in place (a real cluster is not emptied either). The
+`ensure_gc` fixture some of its tests ask for, from kr8s's own conftest, is here too."""
 
+import gc
 import os
 import subprocess
 import tempfile
@@ -51,3 +53,13 @@ def k8s_cluster():
     env = {**os.environ, "KUBECONFIG": kubeconfig, "HOME": cluster._home}
     subprocess.run([kubectl, "apply", "-f", "-"], input=SEED, env=env, capture_output=True, text=True, timeout=120, check=True)
     return cluster
+
+
+@pytest.fixture
+def ensure_gc():
+    """kr8s's own conftest (not in its wheel) runs the garbage collector around the tests that
+    ask for this: dynamic object classes a test registers are weakly held and must be gone
+    before the next case checks that none is registered."""
+    gc.collect()
+    yield
+    gc.collect()

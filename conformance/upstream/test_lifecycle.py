@@ -166,14 +166,16 @@ def test_serviceaccount_update(core, ns):
     assert core.replace_namespaced_service_account("e2e-sa", ns, cur).automount_service_account_token is True
 
 
-def event(name, labels=None):
+def event(name, ns, labels=None):
+    # The involved object is in the event's namespace, as upstream's test writes it (and as
+    # event validation requires of an event without eventTime).
     return client.CoreV1Event(metadata=client.V1ObjectMeta(name=name, labels=labels), message="This is a test event", reason="Test", type="Normal", count=1,
-                              involved_object=client.V1ObjectReference(namespace="default"), source=client.V1EventSource(component="test"))
+                              involved_object=client.V1ObjectReference(namespace=ns), source=client.V1EventSource(component="test"))
 
 
 def test_event_lifecycle(core, ns):
     """Events should manage the lifecycle of an event"""
-    core.create_namespaced_event(ns, event("event-test", {"testevent-constant": "true"}))
+    core.create_namespaced_event(ns, event("event-test", ns, {"testevent-constant": "true"}))
     assert [e.metadata.name for e in core.list_event_for_all_namespaces(label_selector="testevent-constant=true").items if e.metadata.namespace == ns] == ["event-test"]
     core.patch_namespaced_event("event-test", ns, {"message": "This is a test event - patched"})
     assert core.read_namespaced_event("event-test", ns).message == "This is a test event - patched"
@@ -186,7 +188,7 @@ def test_event_lifecycle(core, ns):
 
 def test_event_delete_collection(core, ns):
     """Events should delete a collection of events"""
-    bodies = [event(f"test-event-{i}", {"testevent-set": "true"}) for i in range(3)]
+    bodies = [event(f"test-event-{i}", ns, {"testevent-set": "true"}) for i in range(3)]
     delete_collection_round_trip(core.create_namespaced_event, core.list_namespaced_event, core.delete_collection_namespaced_event, ns, "testevent-set=true", bodies)
 
 

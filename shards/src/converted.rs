@@ -36,6 +36,7 @@ pub(crate) async fn write(c: Call<'_>, method: &str) -> Reply {
             let mut obj = body::decode_object(c.headers, c.body)?;
             body::check_type(&t.info, &mut obj)?;
             let warnings = write::validate_fields(&t.info, c.query, &mut obj, c.body)?;
+            in_path_namespace(t, &mut obj);
             let old = if method == "PUT" { existing(c.shard, &stored, t).await? } else { None };
             validate(&t.info, &obj, old.as_ref())?;
             let obj = conversion::to_storage(&t.info, obj);
@@ -58,6 +59,16 @@ pub(crate) async fn write(c: Call<'_>, method: &str) -> Reply {
             patch(c, &stored, ty).await
         }
         _ => Err(ApiError::method_not_allowed(&method.to_ascii_lowercase(), &t.info.group, &t.info.plural)),
+    }
+}
+
+/// A namespaced object the body leaves without a namespace is in the path's (the stored
+/// resource's verb refuses one that names another), as the version's own rules must see it.
+fn in_path_namespace(t: &Target, obj: &mut Value) {
+    if let (true, Some(ns)) = (t.info.namespaced, &t.namespace)
+        && meta::meta_str(obj, "namespace").is_empty()
+    {
+        meta::metadata_mut(obj).insert("namespace".into(), Value::String(ns.clone()));
     }
 }
 

@@ -30,13 +30,14 @@ pub fn validate_dns1123_label(s: &str) -> Result<(), String> {
 
 /// RFC 1035 label: like an RFC 1123 label but starting with a letter.
 pub fn validate_dns1035_label(s: &str) -> Result<(), String> {
-    validate_dns1123_label(s).and_then(|_| {
-        if s.as_bytes()[0].is_ascii_lowercase() {
-            Ok(())
-        } else {
-            Err("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into())
-        }
-    })
+    let b = s.as_bytes();
+    if b.len() > DNS1123_LABEL_MAX {
+        return Err(format!("must be no more than {DNS1123_LABEL_MAX} characters"));
+    }
+    if b.is_empty() || !b[0].is_ascii_lowercase() || !b.iter().all(|c| is_alnum_lower(*c) || *c == b'-') || !is_alnum_lower(b[b.len() - 1]) {
+        return Err("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')".into());
+    }
+    Ok(())
 }
 
 /// RFC 1123 subdomain: dot-separated labels, ≤ 253.
@@ -98,8 +99,9 @@ pub fn validate_name(rule: NameRule, name: &str) -> Result<(), String> {
         NameRule::PathSegment => {
             if name == "." || name == ".." {
                 Err(format!("may not be '{name}'"))
-            } else if name.contains('/') || name.contains('%') {
-                Err("may not contain '/' or '%'".into())
+            } else if let Some(c) = ['/', '%'].into_iter().find(|c| name.contains(*c)) {
+                // Upstream lists each illegal character it finds; the first is said here.
+                Err(format!("may not contain '{c}'"))
             } else {
                 Ok(())
             }

@@ -342,7 +342,8 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         builtin::<storage::CSINode>(Extra { returns_deleted_object: true, ..Extra::PLAIN }),
         builtin::<storage::CSIStorageCapacity>(Extra::PLAIN),
         builtin::<storage::VolumeAttachment>(Extra { returns_deleted_object: true, ..status }),
-        builtin::<certificates::CertificateSigningRequest>(Extra { short_names: &["csr"], selectable_fields: &["spec.signerName"], ..status }),
+        // "We don't care what you call your certificate requests" (upstream): any name a path holds.
+        builtin::<certificates::CertificateSigningRequest>(Extra { short_names: &["csr"], selectable_fields: &["spec.signerName"], name_rule: NameRule::PathSegment, ..status }),
         builtin::<flowcontrol::FlowSchema>(Extra { tracks_generation: true, ..status }),
         builtin::<flowcontrol::PriorityLevelConfiguration>(Extra { tracks_generation: true, ..status }),
         builtin::<apiextensions::CustomResourceDefinition>(Extra {

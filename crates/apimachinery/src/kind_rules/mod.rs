@@ -1,11 +1,18 @@
 //! Per-kind validation rules of upstream's `pkg/apis/*/validation` that clients rely on, with
 //! upstream's field paths and messages, returned as Status causes for a 422: ConfigMap and
-//! Secret ([`config`]), Events ([`events`]), PriorityClass ([`scheduling`]);
+//! Secret ([`config`]), Events ([`events`]), PriorityClass ([`scheduling`]), pod specs
+//! ([`pods`]), workloads ([`workloads`]), Services ([`services`]), RBAC bindings, leases,
+//! autoscalers and claims ([`cluster`]); the error shapes are [`errors`]'s.
 //! CustomResourceDefinitions' rules live in [`crate::crd`].
 
+mod cluster;
 mod config;
+pub mod errors;
 mod events;
+pub mod pods;
 mod scheduling;
+mod services;
+mod workloads;
 
 pub use config::MAX_DATA_BYTES;
 pub use scheduling::{system_priority_class, SYSTEM_PRIORITY_CLASSES};
@@ -26,6 +33,22 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
         ("", "configmaps" | "secrets") => config::validate(info, obj),
         ("", "events") => events::validate_legacy(obj, "reportingComponent"),
         ("scheduling.k8s.io", "priorityclasses") => scheduling::validate_priority_class(obj),
+        ("", "pods") => {
+            let mut causes = Vec::new();
+            pods::validate_spec(obj.get("spec"), "spec", &mut causes);
+            causes
+        }
+        ("", "podtemplates") => {
+            let mut causes = Vec::new();
+            pods::validate_spec(obj.pointer("/template/spec"), "template.spec", &mut causes);
+            causes
+        }
+        ("", "services") => services::validate(obj),
+        ("apps", _) | ("batch", _) | ("", "replicationcontrollers") => workloads::validate(&info.group, &info.plural, obj),
+        ("rbac.authorization.k8s.io", "rolebindings") => cluster::validate_binding(false, obj),
+        ("rbac.authorization.k8s.io", "clusterrolebindings") => cluster::validate_binding(true, obj),
+        ("coordination.k8s.io", "leases") => cluster::validate_lease(obj),
+        ("autoscaling", "horizontalpodautoscalers") if info.is_storage_version() => cluster::validate_autoscaler(obj),
         _ => Vec::new(),
     }
 }
@@ -52,6 +75,10 @@ pub fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<Sta
         (crate::crd::GROUP, crate::crd::PLURAL) => crate::crd::validate_update(old, new),
         ("", "configmaps" | "secrets") => config::validate_update(info, old, new),
         ("scheduling.k8s.io", "priorityclasses") => scheduling::validate_priority_class_update(old, new),
+        ("", "pods") => pods::validate_pod_update(old, new),
+        ("apps", _) | ("batch", _) => workloads::validate_update(&info.group, &info.plural, old, new),
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => cluster::validate_binding_update(old, new),
+        ("", "persistentvolumeclaims") => cluster::validate_claim_update(old, new),
         _ => Vec::new(),
     }
 }

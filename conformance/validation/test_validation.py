@@ -1,0 +1,329 @@
+"""Invalid objects, answered as kube-apiserver 1.33 answers them: a 422 `Status` with reason
+`Invalid` and exactly upstream's causes (reason, field, message). Runnable against any endpoint.
+
+- Every served kind that can be created refuses an invalid name, with the message of the name
+  rule upstream's validation uses for that kind.
+- Per-kind rules: pod specs (containers, names, images, ports, policies), Services, workloads'
+  selectors, templates and counts, RBAC bindings, leases, autoscalers, events.k8s.io's strict
+  rules, ConfigMap keys, priority classes.
+- Immutable fields: an update that changes one is refused with upstream's cause.
+
+Where upstream's message quotes a whole Go struct (a Job's template), the check is on reason and
+field only; that is said beside the case.
+"""
+
+import copy
+import uuid
+
+import pytest
+
+SUBDOMAIN = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an "
+             "alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+LABEL = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric "
+         "character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+DNS1035 = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an "
+           "alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+BAD_NAME = "bad%name"
+# The name rule of each kind whose rule is not a DNS subdomain (upstream's Validate*Name).
+NAME_RULES = {
+    ("", "namespaces"): LABEL,
+    ("", "services"): DNS1035,
+    ("rbac.authorization.k8s.io", "roles"): "may not contain '%'",
+    ("rbac.authorization.k8s.io", "clusterroles"): "may not contain '%'",
+    ("rbac.authorization.k8s.io", "rolebindings"): "may not contain '%'",
+    ("rbac.authorization.k8s.io", "clusterrolebindings"): "may not contain '%'",
+}
+# Kinds the name check leaves out, and why.
+NAME_SKIP = {
+    ("", "bindings"): "creating one binds a pod; its name is the pod's",
+    ("", "events"): "core events' names are checked as path segments only",
+    ("events.k8s.io", "events"): "checked with events.k8s.io's own rules below",
+    ("certificates.k8s.io", "certificatesigningrequests"): "upstream accepts any name for a CSR",
+    ("networking.k8s.io", "ipaddresses"): "an IPAddress's name is an address, checked by its own rule",
+    ("apiextensions.k8s.io", "customresourcedefinitions"): "a CRD's name must be <plural>.<group>: its own suite",
+}
+
+
+def served_kinds(raw):
+    """(group, version, plural, namespaced) of every served resource that can be created, in
+    its preferred version."""
+    out = []
+    _, api = raw.json("GET", "/api/v1")
+    groups = [("", "v1", api)]
+    _, apis = raw.json("GET", "/apis")
+    for g in apis["groups"]:
+        v = g["preferredVersion"]["version"]
+        _, listing = raw.json("GET", f"/apis/{g['name']}/{v}")
+        groups.append((g["name"], v, listing))
+    for group, version, listing in groups:
+        for r in listing["resources"]:
+            if "/" in r["name"] or "create" not in r["verbs"]:
+                continue
+            out.append((group, version, r["name"], r["namespaced"], r["kind"]))
+    return out
+
+
+def collection(group, version, plural, namespace):
+    base = f"/api/{version}" if not group else f"/apis/{group}/{version}"
+    return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
+
+
+def invalid(status, body):
+    assert status == 422, body
+    assert body["kind"] == "Status" and body["reason"] == "Invalid" and body["code"] == 422, body
+    return [(c["reason"], c["field"], c["message"]) for c in body["details"]["causes"]]
+
+
+def test_every_kind_refuses_an_invalid_name(raw, ns):
+    checked = []
+    for group, version, plural, namespaced, kind in served_kinds(raw):
+        if (group, plural) in NAME_SKIP:
+            continue
+        api_version = f"{group}/{version}" if group else version
+        status, body = raw.json("POST", collection(group, version, plural, ns if namespaced else None), {"apiVersion": api_version, "kind": kind, "metadata": {"name": BAD_NAME}})
+        causes = invalid(status, body)
+        rule = NAME_RULES.get((group, plural), SUBDOMAIN)
+        want = ("FieldValueInvalid", "metadata.name", f'Invalid value: "{BAD_NAME}": {rule}')
+        assert want in causes, f"{plural}: {causes}"
+        checked.append(plural)
+    assert len(checked) >= 40, checked
+
+
+def pod(**spec):
+    base = {"containers": [{"name": "c", "image": "nginx"}]}
+    base.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p-{uuid.uuid4().hex[:6]}"}, "spec": base}
+
+
+CREATE_CASES = {
+    "pod without containers": ("/api/v1/namespaces/{ns}/pods", pod(containers=[]), [("FieldValueRequired", "spec.containers", "Required value")]),
+    "pod container without image": ("/api/v1/namespaces/{ns}/pods", pod(containers=[{"name": "c"}]), [("FieldValueRequired", "spec.containers[0].image", "Required value")]),
+    "pod container with a bad name": ("/api/v1/namespaces/{ns}/pods", pod(containers=[{"name": "Web_1", "image": "nginx"}]), [("FieldValueInvalid", "spec.containers[0].name", f'Invalid value: "Web_1": {LABEL}')]),
+    "pod with two containers of one name": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(containers=[{"name": "c", "image": "nginx"}, {"name": "c", "image": "busybox"}]),
+        [("FieldValueDuplicate", "spec.containers[1].name", 'Duplicate value: "c"')],
+    ),
+    "pod port out of range": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(containers=[{"name": "c", "image": "nginx", "ports": [{"containerPort": 70000}]}]),
+        [("FieldValueInvalid", "spec.containers[0].ports[0].containerPort", "Invalid value: 70000: must be between 1 and 65535, inclusive")],
+    ),
+    "pod restart policy": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(restartPolicy="Sometimes"),
+        [("FieldValueNotSupported", "spec.restartPolicy", 'Unsupported value: "Sometimes": supported values: "Always", "OnFailure", "Never"')],
+    ),
+    "pod volumes of one name": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(volumes=[{"name": "v", "emptyDir": {}}, {"name": "v", "emptyDir": {}}]),
+        [("FieldValueDuplicate", "spec.volumes[1].name", 'Duplicate value: "v"')],
+    ),
+    "service type": (
+        "/api/v1/namespaces/{ns}/services",
+        {"metadata": {"name": "s"}, "spec": {"type": "Magic", "ports": [{"port": 80}]}},
+        [("FieldValueNotSupported", "spec.type", 'Unsupported value: "Magic": supported values: "ClusterIP", "ExternalName", "LoadBalancer", "NodePort"')],
+    ),
+    "service without ports": ("/api/v1/namespaces/{ns}/services", {"metadata": {"name": "s"}, "spec": {}}, [("FieldValueRequired", "spec.ports", "Required value")]),
+    "service port numbers and names": (
+        "/api/v1/namespaces/{ns}/services",
+        {"metadata": {"name": "s"}, "spec": {"ports": [{"name": "a", "port": 0}, {"name": "a", "port": 81}]}},
+        [("FieldValueInvalid", "spec.ports[0].port", "Invalid value: 0: must be between 1 and 65535, inclusive"), ("FieldValueDuplicate", "spec.ports[1].name", 'Duplicate value: "a"')],
+    ),
+    "service ports without names": (
+        "/api/v1/namespaces/{ns}/services",
+        {"metadata": {"name": "s"}, "spec": {"ports": [{"port": 80}, {"name": "b", "port": 81}]}},
+        [("FieldValueRequired", "spec.ports[0].name", "Required value")],
+    ),
+    "deployment without selector": (
+        "/apis/apps/v1/namespaces/{ns}/deployments",
+        {"metadata": {"name": "d"}, "spec": {"template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}},
+        [("FieldValueRequired", "spec.selector", "Required value")],
+    ),
+    "deployment selector that does not match": (
+        "/apis/apps/v1/namespaces/{ns}/deployments",
+        {"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}},
+        [("FieldValueInvalid", "spec.template.metadata.labels", 'Invalid value: map[string]string{"app":"d"}: `selector` does not match template `labels`')],
+    ),
+    "deployment negative replicas and template image": (
+        "/apis/apps/v1/namespaces/{ns}/deployments",
+        {"metadata": {"name": "d"}, "spec": {"replicas": -1, "selector": {"matchLabels": {"app": "d"}}, "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c"}]}}}},
+        [("FieldValueInvalid", "spec.replicas", "Invalid value: -1: must be greater than or equal to 0"), ("FieldValueRequired", "spec.template.spec.containers[0].image", "Required value")],
+    ),
+    "job restart policy": (
+        "/apis/batch/v1/namespaces/{ns}/jobs",
+        {"metadata": {"name": "j"}, "spec": {"template": {"spec": {"restartPolicy": "Always", "containers": [{"name": "c", "image": "busybox"}]}}}},
+        [("FieldValueNotSupported", "spec.template.spec.restartPolicy", 'Unsupported value: "Always": supported values: "OnFailure", "Never"')],
+    ),
+    "cronjob without schedule": (
+        "/apis/batch/v1/namespaces/{ns}/cronjobs",
+        {"metadata": {"name": "cj"}, "spec": {"jobTemplate": {"spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}}},
+        [("FieldValueRequired", "spec.schedule", "Required value")],
+    ),
+    "rolebinding role kind and subject": (
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        {"metadata": {"name": "rb"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Policy", "name": "r"}, "subjects": [{"kind": "Robot", "name": "x"}]},
+        [("FieldValueNotSupported", "roleRef.kind", 'Unsupported value: "Policy": supported values: "Role", "ClusterRole"'),
+         ("FieldValueNotSupported", "subjects[0].kind", 'Unsupported value: "Robot": supported values: "ServiceAccount", "User", "Group"')],
+    ),
+    "clusterrolebinding to a role": (
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {"metadata": {"name": "crb-{suffix}"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}, "subjects": [{"kind": "ServiceAccount", "name": "sa"}]},
+        [("FieldValueNotSupported", "roleRef.kind", 'Unsupported value: "Role": supported values: "ClusterRole"'), ("FieldValueRequired", "subjects[0].namespace", "Required value")],
+    ),
+    "lease duration": (
+        "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+        {"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 0, "leaseTransitions": -1}},
+        [("FieldValueInvalid", "spec.leaseDurationSeconds", "Invalid value: 0: must be greater than 0"), ("FieldValueInvalid", "spec.leaseTransitions", "Invalid value: -1: must be greater than or equal to 0")],
+    ),
+    "autoscaler bounds": (
+        "/apis/autoscaling/v2/namespaces/{ns}/horizontalpodautoscalers",
+        {"metadata": {"name": "h"}, "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"}, "minReplicas": 5, "maxReplicas": 2}},
+        [("FieldValueInvalid", "spec.maxReplicas", "Invalid value: 2: must be greater than or equal to `minReplicas`")],
+    ),
+    "autoscaler through autoscaling/v1": (
+        "/apis/autoscaling/v1/namespaces/{ns}/horizontalpodautoscalers",
+        {"metadata": {"name": "h1"}, "spec": {"scaleTargetRef": {"kind": "Deployment"}, "maxReplicas": 0}},
+        [("FieldValueRequired", "spec.scaleTargetRef.name", "Required value"), ("FieldValueInvalid", "spec.maxReplicas", "Invalid value: 0: must be greater than 0")],
+    ),
+    "events.k8s.io event without its required fields": (
+        "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+        {"metadata": {"name": "e"}, "type": "Odd", "deprecatedCount": 2, "regarding": {"kind": "Pod", "name": "p", "namespace": "{ns}"}},
+        [("FieldValueRequired", "eventTime", "Required value"), ("FieldValueInvalid", "type", 'Invalid value: "": has invalid value: Odd'), ("FieldValueInvalid", "deprecatedCount", 'Invalid value: "": needs to be unset')],
+    ),
+    "events.k8s.io event without a reporting controller": (
+        "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+        {"metadata": {"name": "e"}, "eventTime": "2026-12-01T10:00:00.000000Z", "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal", "regarding": {"kind": "Pod", "name": "p", "namespace": "{ns}"}},
+        [("FieldValueRequired", "reportingController", "Required value")],
+    ),
+    "configmap key": (
+        "/api/v1/namespaces/{ns}/configmaps",
+        {"metadata": {"name": "cm"}, "data": {"a b": "x"}},
+        [("FieldValueInvalid", "data[a b]", "Invalid value: \"a b\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')")],
+    ),
+    "priority class above the user maximum": (
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"metadata": {"name": "too-high-{suffix}"}, "value": 2000000000},
+        [("FieldValueForbidden", "value", "Forbidden: maximum allowed value of a user defined priority is 1000000000")],
+    ),
+}
+
+
+def fill(value, ns, suffix):
+    if isinstance(value, str):
+        return value.replace("{ns}", ns).replace("{suffix}", suffix)
+    if isinstance(value, list):
+        return [fill(v, ns, suffix) for v in value]
+    if isinstance(value, dict):
+        return {k: fill(v, ns, suffix) for k, v in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("case", sorted(CREATE_CASES))
+def test_invalid_object_is_refused_with_upstreams_causes(raw, ns, case):
+    path, body, want = CREATE_CASES[case]
+    suffix = uuid.uuid4().hex[:6]
+    status, answer = raw.json("POST", fill(path, ns, suffix), fill(body, ns, suffix))
+    causes = invalid(status, answer)
+    for c in want:
+        assert c in causes, f"{case}: want {c} in {causes}"
+
+
+def create(raw, path, body):
+    status, obj = raw.json("POST", path, body)
+    assert status == 201, obj
+    return obj
+
+
+def replace(raw, path, obj, change):
+    new = copy.deepcopy(obj)
+    change(new)
+    return raw.json("PUT", f"{path}/{obj['metadata']['name']}", new)
+
+
+def deployment(name):
+    return {"metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}
+
+
+def set_path(obj, dotted, value):
+    cur = obj
+    keys = dotted.split(".")
+    for k in keys[:-1]:
+        cur = cur[int(k)] if isinstance(cur, list) else cur.setdefault(k, {})
+    cur[keys[-1]] = value
+
+
+# (collection, object, change as (dotted path, new value), expected causes; None: reason and
+# field only, where upstream's message quotes a whole Go struct).
+IMMUTABLE_CASES = {
+    "pod spec beyond its mutable fields": (
+        "/api/v1/namespaces/{ns}/pods",
+        {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}},
+        ("spec.containers.0.name", "renamed"),
+        [("FieldValueForbidden", "spec", None)],
+    ),
+    "deployment selector": (
+        "/apis/apps/v1/namespaces/{ns}/deployments",
+        deployment("d"),
+        ("spec.selector", {"matchLabels": {"app": "d", "tier": "x"}}),
+        [("FieldValueInvalid", "spec.selector", 'Invalid value: &v1.LabelSelector{MatchLabels:map[string]string{"app":"d", "tier":"x"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable')],
+    ),
+    "statefulset service name": (
+        "/apis/apps/v1/namespaces/{ns}/statefulsets",
+        dict(deployment("s"), spec=dict(deployment("s")["spec"], serviceName="a")),
+        ("spec.serviceName", "b"),
+        [("FieldValueForbidden", "spec", "Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden")],
+    ),
+    "job template": (
+        "/apis/batch/v1/namespaces/{ns}/jobs",
+        {"metadata": {"name": "j"}, "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}},
+        ("spec.template.spec.containers.0.image", "alpine"),
+        [("FieldValueInvalid", "spec.template", None)],
+    ),
+    "claim spec": (
+        "/api/v1/namespaces/{ns}/persistentvolumeclaims",
+        {"metadata": {"name": "c"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}},
+        ("spec.accessModes", ["ReadWriteMany"]),
+        [("FieldValueForbidden", "spec", "Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims")],
+    ),
+    "rolebinding role reference": (
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+        {"metadata": {"name": "rb"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "a"}, "subjects": [{"kind": "User", "name": "u", "apiGroup": "rbac.authorization.k8s.io"}]},
+        ("roleRef.name", "b"),
+        [("FieldValueInvalid", "roleRef", 'Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"Role", Name:"b"}: cannot change roleRef')],
+    ),
+    "immutable configmap": (
+        "/api/v1/namespaces/{ns}/configmaps",
+        {"metadata": {"name": "cm"}, "data": {"a": "1"}, "immutable": True},
+        ("data.a", "2"),
+        [("FieldValueForbidden", "data", "Forbidden: field is immutable when `immutable` is set")],
+    ),
+    "priority class value": (
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"metadata": {"name": "pc-{suffix}"}, "value": 10},
+        ("value", 11),
+        [("FieldValueForbidden", "value", "Forbidden: may not be changed in an update.")],
+    ),
+    "events.k8s.io event note": (
+        "/apis/events.k8s.io/v1/namespaces/{ns}/events",
+        {"metadata": {"name": "e"}, "eventTime": "2026-12-01T10:00:00.000000Z", "reportingController": "example.com/c", "reportingInstance": "i", "action": "A", "reason": "R", "note": "n",
+         "type": "Normal", "regarding": {"kind": "Pod", "name": "p", "namespace": "{ns}"}},
+        ("note", "changed"),
+        [("FieldValueInvalid", "message", 'Invalid value: "changed": field is immutable')],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IMMUTABLE_CASES))
+def test_an_update_of_an_immutable_field_is_refused(raw, ns, case):
+    path, body, (field, value), want = IMMUTABLE_CASES[case]
+    suffix = uuid.uuid4().hex[:6]
+    path = fill(path, ns, suffix)
+    obj = create(raw, path, fill(body, ns, suffix))
+    status, answer = replace(raw, path, obj, lambda o: set_path(o, field, value))
+    causes = invalid(status, answer)
+    for reason, at, message in want:
+        if message is None:
+            assert any(c[0] == reason and c[1] == at for c in causes), f"{case}: want {reason} at {at} in {causes}"
+        else:
+            assert (reason, at, message) in causes, f"{case}: want {(reason, at, message)} in {causes}"

@@ -1,0 +1,102 @@
+//! RBAC bindings, leases, autoscalers and volume claims: the rules clients meet most, as
+//! upstream's validation words them.
+
+use super::errors::{forbidden, invalid, invalid_shown, not_supported, required};
+use crate::status::StatusCause;
+use serde_json::Value;
+
+/// What upstream says of a claim update that changes its spec.
+pub const CLAIM_SPEC_FORBIDDEN: &str = "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims";
+
+fn role_ref_go(r: Option<&Value>) -> String {
+    let s = |k: &str| r.and_then(|r| r.get(k)).and_then(Value::as_str).unwrap_or("").to_owned();
+    format!("rbac.RoleRef{{APIGroup:{:?}, Kind:{:?}, Name:{:?}}}", s("apiGroup"), s("kind"), s("name"))
+}
+
+/// RoleBindings and ClusterRoleBindings: what the reference and each subject name.
+pub(super) fn validate_binding(cluster: bool, obj: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    let kinds: &[&str] = if cluster { &["ClusterRole"] } else { &["Role", "ClusterRole"] };
+    match obj.pointer("/roleRef/kind").and_then(Value::as_str) {
+        Some(k) if kinds.contains(&k) => {}
+        Some(k) => causes.push(not_supported("roleRef.kind", k, kinds)),
+        None => causes.push(not_supported("roleRef.kind", "", kinds)),
+    }
+    if obj.pointer("/roleRef/name").and_then(Value::as_str).unwrap_or("").is_empty() {
+        causes.push(required("roleRef.name"));
+    }
+    for (i, s) in obj.get("subjects").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let kind = s.get("kind").and_then(Value::as_str).unwrap_or("");
+        if !["ServiceAccount", "User", "Group"].contains(&kind) {
+            causes.push(not_supported(&format!("subjects[{i}].kind"), kind, &["ServiceAccount", "User", "Group"]));
+        }
+        if s.get("name").and_then(Value::as_str).unwrap_or("").is_empty() {
+            causes.push(required(&format!("subjects[{i}].name")));
+        }
+        if kind == "ServiceAccount" && cluster && s.get("namespace").and_then(Value::as_str).unwrap_or("").is_empty() {
+            causes.push(required(&format!("subjects[{i}].namespace")));
+        }
+    }
+    causes
+}
+
+/// A binding's role reference may not change.
+pub(super) fn validate_binding_update(old: &Value, new: &Value) -> Vec<StatusCause> {
+    if old.get("roleRef") != new.get("roleRef") {
+        return vec![invalid_shown("roleRef", &role_ref_go(new.get("roleRef")), "cannot change roleRef")];
+    }
+    Vec::new()
+}
+
+/// Leases: durations and counts.
+pub(super) fn validate_lease(obj: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    if let Some(d) = obj.pointer("/spec/leaseDurationSeconds").filter(|d| d.as_i64().is_some_and(|n| n <= 0)) {
+        causes.push(invalid("spec.leaseDurationSeconds", d, "must be greater than 0"));
+    }
+    if let Some(t) = obj.pointer("/spec/leaseTransitions").filter(|t| t.as_i64().is_some_and(|n| n < 0)) {
+        causes.push(invalid("spec.leaseTransitions", t, "must be greater than or equal to 0"));
+    }
+    causes
+}
+
+/// HorizontalPodAutoscalers (autoscaling/v2 as stored): the target and the replica bounds.
+pub(super) fn validate_autoscaler(obj: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    for f in ["kind", "name"] {
+        if obj.pointer(&format!("/spec/scaleTargetRef/{f}")).and_then(Value::as_str).unwrap_or("").is_empty() {
+            causes.push(required(&format!("spec.scaleTargetRef.{f}")));
+        }
+    }
+    let max = obj.pointer("/spec/maxReplicas").cloned().unwrap_or(Value::from(0));
+    if max.as_i64().unwrap_or(0) < 1 {
+        causes.push(invalid("spec.maxReplicas", &max, "must be greater than 0"));
+    }
+    if let Some(min) = obj.pointer("/spec/minReplicas").filter(|m| m.is_number()) {
+        if min.as_i64().unwrap_or(0) < 1 {
+            causes.push(invalid("spec.minReplicas", min, "must be greater than or equal to 1"));
+        }
+        if max.as_i64() < min.as_i64() {
+            causes.push(invalid("spec.maxReplicas", &max, "must be greater than or equal to `minReplicas`"));
+        }
+    }
+    causes
+}
+
+/// A claim's spec may change only in its requests (and volume attributes class).
+pub(super) fn validate_claim_update(old: &Value, new: &Value) -> Vec<StatusCause> {
+    let rest = |v: &Value| {
+        let mut s = v.get("spec").cloned().unwrap_or(Value::Null);
+        if let Some(m) = s.as_object_mut() {
+            m.remove("volumeAttributesClassName");
+            if let Some(r) = m.get_mut("resources").and_then(Value::as_object_mut) {
+                r.remove("requests");
+            }
+        }
+        s
+    };
+    if rest(old) != rest(new) {
+        return vec![forbidden("spec", CLAIM_SPEC_FORBIDDEN)];
+    }
+    Vec::new()
+}

@@ -1,0 +1,130 @@
+//! Pod specs wherever they appear (pods, pod templates, workloads' templates): upstream's
+//! `ValidatePodSpec` rules clients meet first (containers, their names, images and ports,
+//! volumes, the restart and DNS policies), and on a pod update the fields that may change.
+
+use super::errors::{duplicate, forbidden, invalid, invalid_shown, not_supported, port_number, required};
+use crate::meta;
+use crate::status::StatusCause;
+use serde_json::Value;
+use std::collections::HashSet;
+
+const RESTART_POLICIES: [&str; 3] = ["Always", "OnFailure", "Never"];
+const DNS_POLICIES: [&str; 4] = ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
+const PROTOCOLS: [&str; 3] = ["SCTP", "TCP", "UDP"];
+const PULL_POLICIES: [&str; 3] = ["Always", "IfNotPresent", "Never"];
+
+/// What upstream says when a pod update changes more than it may (without the diff of the two
+/// specs it appends).
+pub const POD_UPDATE_FORBIDDEN: &str = "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+fn label(field: &str, name: &str, causes: &mut Vec<StatusCause>) {
+    if let Err(e) = meta::validate_dns1123_label(name) {
+        causes.push(invalid_shown(field, &format!("{name:?}"), &e));
+    }
+}
+
+/// The rules on one pod spec at `path` (`spec`, `spec.template.spec`, …).
+pub fn validate_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<StatusCause>) {
+    let Some(spec) = spec.filter(|s| s.is_object()) else {
+        causes.push(required(&format!("{path}.containers")));
+        return;
+    };
+    let mut names = HashSet::new();
+    let containers = spec.get("containers").and_then(Value::as_array).filter(|c| !c.is_empty());
+    if containers.is_none() {
+        causes.push(required(&format!("{path}.containers")));
+    }
+    for field in ["initContainers", "containers"] {
+        for (i, c) in spec.get(field).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            validate_container(c, &format!("{path}.{field}[{i}]"), &mut names, causes);
+        }
+    }
+    let mut volumes = HashSet::new();
+    for (i, v) in spec.get("volumes").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let at = format!("{path}.volumes[{i}].name");
+        match v.get("name").and_then(Value::as_str).unwrap_or("") {
+            "" => causes.push(required(&at)),
+            name => {
+                label(&at, name, causes);
+                if !volumes.insert(name.to_owned()) {
+                    causes.push(duplicate(&at, name));
+                }
+            }
+        }
+    }
+    for (field, allowed) in [("restartPolicy", &RESTART_POLICIES[..]), ("dnsPolicy", &DNS_POLICIES[..])] {
+        if let Some(v) = spec.get(field).and_then(Value::as_str).filter(|v| !allowed.contains(v)) {
+            causes.push(not_supported(&format!("{path}.{field}"), v, allowed));
+        }
+    }
+    if let Some(d) = spec.get("activeDeadlineSeconds").filter(|d| d.as_i64().is_some_and(|n| n < 1)) {
+        causes.push(invalid(&format!("{path}.activeDeadlineSeconds"), d, "must be between 1 and 2147483647, inclusive"));
+    }
+}
+
+fn validate_container(c: &Value, at: &str, names: &mut HashSet<String>, causes: &mut Vec<StatusCause>) {
+    match c.get("name").and_then(Value::as_str).unwrap_or("") {
+        "" => causes.push(required(&format!("{at}.name"))),
+        name => {
+            label(&format!("{at}.name"), name, causes);
+            if !names.insert(name.to_owned()) {
+                causes.push(duplicate(&format!("{at}.name"), name));
+            }
+        }
+    }
+    if c.get("image").and_then(Value::as_str).unwrap_or("").is_empty() {
+        causes.push(required(&format!("{at}.image")));
+    }
+    if let Some(p) = c.get("imagePullPolicy").and_then(Value::as_str).filter(|p| !PULL_POLICIES.contains(p)) {
+        causes.push(not_supported(&format!("{at}.imagePullPolicy"), p, &PULL_POLICIES));
+    }
+    let mut port_names = HashSet::new();
+    for (j, p) in c.get("ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let pat = format!("{at}.ports[{j}]");
+        match p.get("containerPort") {
+            None | Some(Value::Null) => causes.push(required(&format!("{pat}.containerPort"))),
+            Some(v) => causes.extend(port_number(&format!("{pat}.containerPort"), v)),
+        }
+        if let Some(hp) = p.get("hostPort").filter(|v| v.as_i64().is_some_and(|n| n != 0)) {
+            causes.extend(port_number(&format!("{pat}.hostPort"), hp));
+        }
+        if let Some(name) = p.get("name").and_then(Value::as_str).filter(|n| !n.is_empty())
+            && !port_names.insert(name.to_owned())
+        {
+            causes.push(duplicate(&format!("{pat}.name"), name));
+        }
+        if let Some(proto) = p.get("protocol").and_then(Value::as_str).filter(|v| !PROTOCOLS.contains(v)) {
+            causes.push(not_supported(&format!("{pat}.protocol"), proto, &PROTOCOLS));
+        }
+    }
+}
+
+/// A pod's spec as the fields that may not change see it: images, the deadline, the grace
+/// period, scheduling gates and tolerations (checked apart: they may only be added) left out.
+fn immutable_view(spec: &Value) -> Value {
+    let mut s = spec.clone();
+    if let Some(o) = s.as_object_mut() {
+        for field in ["activeDeadlineSeconds", "terminationGracePeriodSeconds", "schedulingGates", "tolerations"] {
+            o.remove(field);
+        }
+    }
+    for field in ["containers", "initContainers"] {
+        for c in s.get_mut(field).and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(c) = c.as_object_mut() {
+                c.remove("image");
+            }
+        }
+    }
+    s
+}
+
+/// A pod update may change only what upstream lets it.
+pub fn validate_pod_update(old: &Value, new: &Value) -> Vec<StatusCause> {
+    let (o, n) = (old.get("spec").cloned().unwrap_or(Value::Null), new.get("spec").cloned().unwrap_or(Value::Null));
+    let tolerations = |s: &Value| s.get("tolerations").and_then(Value::as_array).cloned().unwrap_or_default();
+    let (was, is) = (tolerations(&o), tolerations(&n));
+    if immutable_view(&o) != immutable_view(&n) || !was.iter().all(|t| is.contains(t)) {
+        return vec![forbidden("spec", POD_UPDATE_FORBIDDEN)];
+    }
+    Vec::new()
+}
