@@ -16,6 +16,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod crds;
 pub mod informer;
+mod kubelet;
 pub mod membership;
 pub mod namespaces;
 pub mod read;

@@ -265,6 +265,10 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
         Some("status") if t.info.has_status => {}
         Some("binding") if t.info.group.is_empty() && t.info.plural == "pods" => {}
         Some("approval") if t.info.plural == "certificatesigningrequests" => {}
+        Some("ephemeralcontainers") if t.info.group.is_empty() && t.info.plural == "pods" => {}
+        Some(crate::kubelet::LOG | crate::kubelet::EXEC | crate::kubelet::ATTACH | crate::kubelet::PORTFORWARD | crate::kubelet::PROXY) if t.info.group.is_empty() && t.info.plural == "pods" => {
+            return Ok(crate::kubelet::serve(&app.shard, &t, ctx.method.as_str(), &ctx.path, &ctx.query).await?);
+        }
         Some("finalize") if t.info.group.is_empty() && t.info.plural == "namespaces" => {}
         Some(_) => return Err(ApiError::path_not_found().into()),
     }
@@ -303,7 +307,7 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
             return Ok(if o.watch { watch::watch(shard.clone(), t, o, view).await? } else { crate::read::list(shard, &t, &o, view).await? });
         }
         ("GET", Some(n)) => {
-            if t.subresource.as_deref().is_some_and(|s| s != "status" && s != "approval") {
+            if t.subresource.as_deref().is_some_and(|s| !matches!(s, "status" | "approval" | "ephemeralcontainers")) {
                 return Err(not_allowed("get").into());
             }
             return Ok(crate::read::get(shard, &t, n, query, view).await?);

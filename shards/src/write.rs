@@ -225,6 +225,7 @@ pub(crate) fn subresource(t: &Target) -> Result<Subresource, ApiError> {
         Some("status") if t.info.has_status => Ok(Subresource::Status),
         Some("finalize") if t.info.plural == "namespaces" && t.info.group.is_empty() => Ok(Subresource::Main),
         Some("approval") if t.info.plural == "certificatesigningrequests" => Ok(Subresource::Approval),
+        Some("ephemeralcontainers") if t.info.plural == "pods" && t.info.group.is_empty() => Ok(Subresource::EphemeralContainers),
         Some(_) => Err(ApiError::path_not_found()),
     }
 }

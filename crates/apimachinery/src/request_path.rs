@@ -16,6 +16,17 @@ pub struct Target {
     pub subresource: Option<String>,
 }
 
+/// The pod's name in a proxy path's `[scheme:]name[:port]`.
+pub fn proxied_name(segment: &str) -> &str {
+    let parts: Vec<&str> = segment.split(':').collect();
+    match parts.as_slice() {
+        [name] => name,
+        ["http" | "https", name, ..] => name,
+        [name, ..] => name,
+        [] => segment,
+    }
+}
+
 /// Parses a resource path; `None` if it names no served resource.
 pub fn parse(path: &str, resources: &[Arc<ResourceInfo>]) -> Option<Target> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -34,6 +45,9 @@ pub fn parse(path: &str, resources: &[Arc<ResourceInfo>]) -> Option<Target> {
                 [] => Some(Target { info, namespace: owned(ns), name: None, subresource: None }),
                 [name] => Some(Target { info, namespace: owned(ns), name: owned(name), subresource: None }),
                 [name, sub] => Some(Target { info, namespace: owned(ns), name: owned(name), subresource: owned(sub) }),
+                // A pod's proxy takes a path of its own (`pods/{name}/proxy/{path}`), and its
+                // name may carry a scheme and a port (`https:web:8443`).
+                [name, "proxy", ..] if info.group.is_empty() && info.plural == "pods" => Some(Target { info, namespace: owned(ns), name: Some(proxied_name(name).to_owned()), subresource: owned("proxy") }),
                 _ => None,
             }
         }

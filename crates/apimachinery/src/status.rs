@@ -201,6 +201,13 @@ impl ApiError {
         Self::new(429, "TooManyRequests", message).with_details(StatusDetails { retry_after_seconds: Some(retry_after), ..Default::default() })
     }
 
+    /// A 500 for an error upstream's REST layer does not classify (not a `Status` error: a
+    /// failed dial to a kubelet), as its `ErrorToAPIStatus` writes it: no reason, the error's
+    /// own text.
+    pub fn unclassified(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
     /// 500 InternalError.
     pub fn internal(message: impl Into<String>) -> Self {
         let m = message.into();

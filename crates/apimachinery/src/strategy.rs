@@ -54,6 +54,8 @@ pub enum Subresource {
     Status,
     /// A CertificateSigningRequest's `approval` subresource: only the status conditions change.
     Approval,
+    /// A pod's `ephemeralcontainers` subresource: only `spec.ephemeralContainers` changes.
+    EphemeralContainers,
 }
 
 /// The conditions upstream lets only the `approval` subresource set on a CSR.
@@ -95,6 +97,16 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
     }
     if info.plural == "pods" && info.group.is_empty() {
         crate::admission::keep_pod_priority(old, new);
+        if sub != Subresource::EphemeralContainers {
+            // Ephemeral containers are added through their subresource only.
+            let kept = old.pointer("/spec/ephemeralContainers").cloned();
+            if let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                match kept {
+                    Some(k) => spec.insert("ephemeralContainers".into(), k),
+                    None => spec.remove("ephemeralContainers"),
+                };
+            }
+        }
     }
     let new_obj = new.as_object_mut().expect("object");
     match sub {
@@ -127,6 +139,19 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
                     st.insert("conditions".into(), Value::Array(conditions));
                 }
                 stamp_conditions(status);
+            }
+        }
+        Subresource::EphemeralContainers => {
+            // Everything as stored but the ephemeral containers.
+            let added = new_obj.get("spec").and_then(|s| s.get("ephemeralContainers")).cloned();
+            for field in ["spec", "status"] {
+                match old.get(field) {
+                    Some(v) => new_obj.insert(field.into(), v.clone()),
+                    None => new_obj.remove(field),
+                };
+            }
+            if let (Some(spec), Some(a)) = (new_obj.get_mut("spec").and_then(Value::as_object_mut), added) {
+                spec.insert("ephemeralContainers".into(), a);
             }
         }
         Subresource::Approval => {

@@ -127,7 +127,15 @@ fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
         out.push(Subresource { name: "approval", kind: own(), verbs: &["get", "patch", "update"] });
     }
     if r.group.is_empty() && r.plural == "pods" {
+        // As upstream lists them (alphabetically), the kubelet's with the verbs their
+        // connections use.
+        out.push(Subresource { name: "attach", kind: core("PodAttachOptions"), verbs: &["create", "get"] });
         out.push(Subresource { name: "binding", kind: core("Binding"), verbs: &["create"] });
+        out.push(Subresource { name: "ephemeralcontainers", kind: own(), verbs: &["get", "patch", "update"] });
+        out.push(Subresource { name: "exec", kind: core("PodExecOptions"), verbs: &["create", "get"] });
+        out.push(Subresource { name: "log", kind: own(), verbs: &["get"] });
+        out.push(Subresource { name: "portforward", kind: core("PodPortForwardOptions"), verbs: &["create", "get"] });
+        out.push(Subresource { name: "proxy", kind: core("PodProxyOptions"), verbs: &["create", "delete", "get", "patch", "update"] });
     }
     if r.group.is_empty() && r.plural == "namespaces" {
         out.push(Subresource { name: "finalize", kind: own(), verbs: &["update"] });

@@ -1,6 +1,7 @@
 //! Pod specs wherever they appear (pods, pod templates, workloads' templates): upstream's
 //! `ValidatePodSpec` rules clients meet first (containers, their names, images and ports,
-//! volumes, the restart and DNS policies), and on a pod update the fields that may change.
+//! volumes, the restart and DNS policies), and on a pod update the fields that may change
+//! (ephemeral containers only added, through their subresource).
 
 use super::errors::{duplicate, forbidden, invalid, invalid_shown, not_supported, port_number, required};
 use crate::meta;
@@ -104,7 +105,7 @@ fn validate_container(c: &Value, at: &str, names: &mut HashSet<String>, causes: 
 fn immutable_view(spec: &Value) -> Value {
     let mut s = spec.clone();
     if let Some(o) = s.as_object_mut() {
-        for field in ["activeDeadlineSeconds", "terminationGracePeriodSeconds", "schedulingGates", "tolerations"] {
+        for field in ["activeDeadlineSeconds", "terminationGracePeriodSeconds", "schedulingGates", "tolerations", "ephemeralContainers"] {
             o.remove(field);
         }
     }
@@ -126,5 +127,39 @@ pub fn validate_pod_update(old: &Value, new: &Value) -> Vec<StatusCause> {
     if immutable_view(&o) != immutable_view(&n) || !was.iter().all(|t| is.contains(t)) {
         return vec![forbidden("spec", POD_UPDATE_FORBIDDEN)];
     }
-    Vec::new()
+    validate_ephemeral_update(&o, &n)
+}
+
+/// Fields an ephemeral container may not have (it runs beside the pod's, for debugging).
+const NOT_FOR_EPHEMERAL: [&str; 6] = ["ports", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "resources"];
+
+/// Ephemeral containers may only be added, each a valid container of its own name.
+fn validate_ephemeral_update(old: &Value, new: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    let list = |s: &Value| s.get("ephemeralContainers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let (was, is) = (list(old), list(new));
+    let path = "spec.ephemeralContainers";
+    for o in &was {
+        let name = o["name"].as_str().unwrap_or("");
+        match is.iter().find(|n| n["name"] == o["name"]) {
+            None => causes.push(forbidden(path, &format!("existing ephemeral containers {name:?} may not be removed\n"))),
+            Some(n) if n != o => causes.push(forbidden(path, &format!("existing ephemeral containers {name:?} may not be changed\n"))),
+            Some(_) => {}
+        }
+    }
+    let mut names: HashSet<String> = ["containers", "initContainers"].iter().flat_map(|f| new.get(*f).and_then(Value::as_array).into_iter().flatten()).filter_map(|c| c["name"].as_str().map(str::to_owned)).collect();
+    for (i, c) in is.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        if was.iter().any(|o| o["name"] == c["name"]) {
+            names.insert(c["name"].as_str().unwrap_or("").to_owned());
+            continue;
+        }
+        validate_container(c, &at, &mut names, &mut causes);
+        for field in NOT_FOR_EPHEMERAL {
+            if c.get(field).is_some_and(|v| !v.is_null() && v != &serde_json::json!({}) && v != &serde_json::json!([])) {
+                causes.push(forbidden(&format!("{at}.{field}"), "cannot be set for an Ephemeral Container"));
+            }
+        }
+    }
+    causes
 }
