@@ -3,6 +3,7 @@
 use crate::shard::Shard;
 use serde_json::Value;
 use shardplane_apimachinery::kind_rules;
+use shardplane_apimachinery::resources::ResourceInfo;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +38,8 @@ fn cluster_admin() -> [Value; 2] {
 /// Creates what kube-apiserver creates at start, where this shard owns it and it is absent
 /// (retrying until etcd answers): the bootstrap namespaces and the `default/kubernetes` Service
 /// (its bootstrap controller), the system priority classes (the scheduling group's post-start
-/// hook), and `cluster-admin` (the RBAC bootstrap policy).
+/// hook), `cluster-admin` (the RBAC bootstrap policy), and API Priority and Fairness'
+/// mandatory and suggested FlowSchemas and PriorityLevelConfigurations.
 pub async fn bootstrap(shard: Arc<Shard>) {
     let ns_info = shard.builtin("", "namespaces");
     let svc_info = shard.builtin("", "services");
@@ -48,6 +50,13 @@ pub async fn bootstrap(shard: Arc<Shard>) {
         .chain([(svc_info, "default", "kubernetes", kubernetes_service())])
         .chain(kind_rules::SYSTEM_PRIORITY_CLASSES.iter().map(|(name, value, description)| (pc_info.clone(), "", *name, kind_rules::system_priority_class(name, *value, description))))
         .chain(cluster_admin().into_iter().zip(["clusterroles", "clusterrolebindings"]).map(|(obj, plural)| (shard.builtin("rbac.authorization.k8s.io", plural), "", "cluster-admin", obj)));
+    // API Priority and Fairness' mandatory and suggested configuration (its config-producer
+    // post-start hook); names are taken out of each object below.
+    let pl_info = shard.builtin("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations");
+    let fs_info = shard.builtin("flowcontrol.apiserver.k8s.io", "flowschemas");
+    let flowcontrol: Vec<(Arc<ResourceInfo>, Value)> = kind_rules::flowcontrol::priority_levels().into_iter().map(|o| (pl_info.clone(), o)).chain(kind_rules::flowcontrol::flow_schemas().into_iter().map(|o| (fs_info.clone(), o))).collect();
+    let names: Vec<String> = flowcontrol.iter().map(|(_, o)| o["metadata"]["name"].as_str().unwrap_or("").to_owned()).collect();
+    let objects = objects.chain(flowcontrol.into_iter().zip(names.iter()).map(|((info, obj), name)| (info, "", name.as_str(), obj)));
     for (info, namespace, name, mut obj) in objects {
         let Ok(key) = shard.owned_key(&info, namespace, name) else { continue };
         shardplane_apimachinery::defaults::set_defaults(&info, &mut obj);

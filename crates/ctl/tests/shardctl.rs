@@ -79,8 +79,20 @@ async fn shardctl_shows_members_and_the_coordinator_reassigns_a_dead_shards_rang
         assert_eq!(code, 1, "shardctl {args:?}");
         assert!(err.starts_with("shardctl: error: ") && err.contains(says), "shardctl {args:?}: {err}");
     }
+    // The dry run follows the planner's rule on the loads status reports (cache bytes; the
+    // objects created at start decide them here): a move only past 1.2× the mean, from the
+    // most loaded shard.
+    let s = status(&etcd);
+    let loads: Vec<(String, f64)> = s["shards"].as_array().unwrap().iter().map(|x| (x["id"].as_str().unwrap().to_owned(), x["cacheBytes"].as_f64().unwrap())).collect();
+    let mean = loads.iter().map(|l| l.1).sum::<f64>() / loads.len() as f64;
+    let heaviest = loads.iter().max_by(|a, b| a.1.total_cmp(&b.1)).unwrap().clone();
     let (code, out, _) = shardctl(&etcd, &["rebalance", "--dry-run"]);
-    assert_eq!((code, out.as_str()), (0, "balanced: no move would start\n"));
+    assert_eq!(code, 0);
+    if heaviest.1 > 1.2 * mean {
+        assert!(out.starts_with("would move ") && out.contains(&format!(" from {} to ", heaviest.0)), "{loads:?}: {out}");
+    } else {
+        assert_eq!(out, "balanced: no move would start\n", "{loads:?}");
+    }
 
     // s1 stops: its member key goes, and the coordinator asks s0 to load s1's range.
     drop(s1);
@@ -333,10 +345,17 @@ async fn the_standalone_coordinator_moves_ranges_and_serves_metrics() {
 
     let (code, _, err) = shardctl(&etcd, &["add", "s1"]);
     assert_eq!(code, 0, "{err}");
-    wait_for(Duration::from_secs(30), || async { value(&metrics().await, "shardplane_range_moves_completed_total ") == Some(1.0) }).await;
+    // Adding a shard moves ranges to it, one at a time, until the loads are within the
+    // planner's bound (how many moves that takes depends on how the objects' bytes fall).
+    wait_for(Duration::from_secs(60), || async {
+        let text = metrics().await;
+        let completed = value(&text, "shardplane_range_moves_completed_total ").unwrap_or(0.0);
+        completed >= 1.0 && value(&text, "shardplane_range_moves_started_total ") == Some(completed) && status(&etcd)["moves"] == serde_json::json!([])
+    })
+    .await;
     let text = metrics().await;
-    assert_eq!(value(&text, "shardplane_range_moves_started_total "), Some(1.0), "{text}");
-    assert_eq!(value(&text, "shardplane_range_map_epoch "), Some(2.0), "{text}");
+    let moves = value(&text, "shardplane_range_moves_started_total ").unwrap();
+    assert_eq!(value(&text, "shardplane_range_map_epoch "), Some(1.0 + moves), "one epoch per move: {text}");
     let s = status(&etcd);
     let ranges = |id: &str| s["shards"].as_array().unwrap().iter().find(|x| x["id"] == id).map(|x| x["ranges"].as_array().unwrap().len()).unwrap_or(0);
     assert!(ranges("s1") > 0, "{s}");

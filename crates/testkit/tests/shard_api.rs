@@ -989,7 +989,8 @@ async fn csrs_are_approved_through_their_approval_subresource() {
 
 /// What kube-apiserver creates at start is there: the bootstrap namespaces, the
 /// `default/kubernetes` Service, the system priority classes (which may not be deleted, and
-/// whose prefix no other class may take) and `cluster-admin` bound to `system:masters`.
+/// whose prefix no other class may take), `cluster-admin` bound to `system:masters`, and API
+/// Priority and Fairness' bootstrap configuration.
 #[tokio::test]
 async fn the_objects_kube_apiserver_creates_at_start_are_there() {
     let (_etcd, s) = setup().await;
@@ -1011,4 +1012,16 @@ async fn the_objects_kube_apiserver_creates_at_start_are_there() {
     assert_eq!(binding["subjects"][0]["name"], "system:masters");
     let (_, role) = s.get("/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-admin").await;
     assert_eq!(role["rules"][0]["verbs"], json!(["*"]));
+    // API Priority and Fairness' mandatory and suggested configuration.
+    let fc = "/apis/flowcontrol.apiserver.k8s.io/v1";
+    wait_for(T, || async { s.get(&format!("{fc}/flowschemas")).await.1["items"].as_array().is_some_and(|i| i.len() == 13) }).await;
+    let (_, schemas) = s.get(&format!("{fc}/flowschemas")).await;
+    let mut names: Vec<(u64, String)> = schemas["items"].as_array().unwrap().iter().map(|f| (f["spec"]["matchingPrecedence"].as_u64().unwrap(), f["metadata"]["name"].as_str().unwrap().to_owned())).collect();
+    names.sort();
+    assert_eq!(names.first().map(|n| n.1.as_str()), Some("exempt"));
+    assert_eq!(names.last().map(|n| n.1.as_str()), Some("catch-all"));
+    wait_for(T, || async { s.get(&format!("{fc}/prioritylevelconfigurations")).await.1["items"].as_array().is_some_and(|i| i.len() == 8) }).await;
+    let (_, catch_all) = s.get(&format!("{fc}/prioritylevelconfigurations/catch-all")).await;
+    assert_eq!((catch_all["spec"]["limited"]["nominalConcurrencyShares"].as_u64(), catch_all["spec"]["limited"]["limitResponse"]["type"].as_str()), (Some(5), Some("Reject")));
+    assert_eq!(catch_all["metadata"]["annotations"]["apf.kubernetes.io/autoupdate-spec"], "true");
 }

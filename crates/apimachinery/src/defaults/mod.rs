@@ -93,6 +93,9 @@ fn zero_status_fields(info: &ResourceInfo) -> &'static [(&'static str, Zero)] {
     }
 }
 
+/// NodeSystemInfo's fields, all written by Go even when empty.
+const NODE_INFO_FIELDS: [&str; 10] = ["machineID", "systemUUID", "bootID", "kernelVersion", "osImage", "containerRuntimeVersion", "kubeletVersion", "kubeProxyVersion", "operatingSystem", "architecture"];
+
 /// A Go zero value.
 #[derive(Clone, Copy)]
 enum Zero {
@@ -146,6 +149,23 @@ pub fn zero_status(info: &ResourceInfo, obj: &mut Value) {
         let status = o.entry("status").or_insert_with(|| json!({}));
         if let Some(s) = status.as_object_mut() {
             s.entry("loadBalancer").or_insert_with(|| json!({}));
+        }
+        return;
+    }
+    if (info.group.as_str(), info.plural.as_str()) == ("", "nodes") {
+        // NodeStatus's value structs: the kubelet endpoint and the system info, every field of
+        // which Go writes (strings without omitempty).
+        let status = o.entry("status").or_insert_with(|| json!({}));
+        if let Some(s) = status.as_object_mut() {
+            let endpoint = s.entry("daemonEndpoints").or_insert_with(|| json!({})).as_object_mut().map(|d| d.entry("kubeletEndpoint").or_insert_with(|| json!({})));
+            if let Some(e) = endpoint.and_then(Value::as_object_mut) {
+                e.entry("Port").or_insert(json!(0));
+            }
+            if let Some(n) = s.entry("nodeInfo").or_insert_with(|| json!({})).as_object_mut() {
+                for f in NODE_INFO_FIELDS {
+                    n.entry(f).or_insert(json!(""));
+                }
+            }
         }
         return;
     }

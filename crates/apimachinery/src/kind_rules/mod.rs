@@ -9,6 +9,7 @@ mod cluster;
 mod config;
 pub mod errors;
 mod events;
+pub mod flowcontrol;
 pub mod pods;
 mod scheduling;
 mod services;
