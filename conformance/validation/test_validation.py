@@ -5,7 +5,7 @@
   rule upstream's validation uses for that kind.
 - Per-kind rules: pod specs (containers, names, images, ports, policies), Services, workloads'
   selectors, templates and counts, RBAC bindings, leases, autoscalers, events.k8s.io's strict
-  rules, ConfigMap keys, priority classes.
+  rules, ConfigMap keys, priority, storage, ingress and runtime classes.
 - Immutable fields: an update that changes one is refused with upstream's cause.
 
 Where upstream's message quotes a whole Go struct (a Job's template), the check is on reason and
@@ -201,6 +201,13 @@ CREATE_CASES = {
         {"metadata": {"name": "cm"}, "data": {"a b": "x"}},
         [("FieldValueInvalid", "data[a b]", "Invalid value: \"a b\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')")],
     ),
+    "storage class without a provisioner": ("/apis/storage.k8s.io/v1/storageclasses", {"metadata": {"name": "sc-{suffix}"}}, [("FieldValueRequired", "provisioner", "Required value")]),
+    "ingress class without a controller": ("/apis/networking.k8s.io/v1/ingressclasses", {"metadata": {"name": "ic-{suffix}"}, "spec": {}}, [("FieldValueRequired", "spec.controller", "Required value")]),
+    "runtime class handler": (
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        {"metadata": {"name": "rc-{suffix}"}, "handler": "Bad_Handler"},
+        [("FieldValueInvalid", "handler", f'Invalid value: "Bad_Handler": {LABEL}')],
+    ),
     "priority class above the user maximum": (
         "/apis/scheduling.k8s.io/v1/priorityclasses",
         {"metadata": {"name": "too-high-{suffix}"}, "value": 2000000000},
@@ -303,6 +310,42 @@ IMMUTABLE_CASES = {
         {"metadata": {"name": "pc-{suffix}"}, "value": 10},
         ("value", 11),
         [("FieldValueForbidden", "value", "Forbidden: may not be changed in an update.")],
+    ),
+    "storage class provisioner": (
+        "/apis/storage.k8s.io/v1/storageclasses",
+        {"metadata": {"name": "sc-{suffix}"}, "provisioner": "example.com/a", "parameters": {"tier": "gold"}},
+        ("provisioner", "example.com/b"),
+        [("FieldValueForbidden", "provisioner", "Forbidden: updates to provisioner are forbidden.")],
+    ),
+    "storage class parameters": (
+        "/apis/storage.k8s.io/v1/storageclasses",
+        {"metadata": {"name": "sc-{suffix}"}, "provisioner": "example.com/a", "parameters": {"tier": "gold"}},
+        ("parameters.tier", "silver"),
+        [("FieldValueForbidden", "parameters", "Forbidden: updates to parameters are forbidden.")],
+    ),
+    "ingress class controller": (
+        "/apis/networking.k8s.io/v1/ingressclasses",
+        {"metadata": {"name": "ic-{suffix}"}, "spec": {"controller": "example.com/a"}},
+        ("spec.controller", "example.com/b"),
+        [("FieldValueInvalid", "spec.controller", 'Invalid value: "example.com/b": field is immutable')],
+    ),
+    "runtime class handler": (
+        "/apis/node.k8s.io/v1/runtimeclasses",
+        {"metadata": {"name": "rc-{suffix}"}, "handler": "runc"},
+        ("handler", "kata"),
+        [("FieldValueInvalid", "handler", 'Invalid value: "kata": field is immutable')],
+    ),
+    "secret type": (
+        "/api/v1/namespaces/{ns}/secrets",
+        {"metadata": {"name": "s"}, "type": "example.com/a", "stringData": {"k": "v"}},
+        ("type", "example.com/b"),
+        [("FieldValueInvalid", "type", 'Invalid value: "example.com/b": field is immutable')],
+    ),
+    "endpoint slice address type": (
+        "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+        {"metadata": {"name": "es"}, "addressType": "IPv4", "endpoints": []},
+        ("addressType", "IPv6"),
+        [("FieldValueInvalid", "addressType", 'Invalid value: "IPv6": field is immutable')],
     ),
     "events.k8s.io event note": (
         "/apis/events.k8s.io/v1/namespaces/{ns}/events",

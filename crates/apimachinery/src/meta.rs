@@ -19,10 +19,10 @@ fn is_alnum_lower(c: u8) -> bool {
 /// RFC 1123 label: lower-case alphanumerics and '-', starting and ending alphanumeric, ≤ 63.
 pub fn validate_dns1123_label(s: &str) -> Result<(), String> {
     let b = s.as_bytes();
-    if b.is_empty() || b.len() > DNS1123_LABEL_MAX {
+    if b.len() > DNS1123_LABEL_MAX {
         return Err(format!("must be no more than {DNS1123_LABEL_MAX} characters"));
     }
-    if !b.iter().all(|c| is_alnum_lower(*c) || *c == b'-') || !is_alnum_lower(b[0]) || !is_alnum_lower(b[b.len() - 1]) {
+    if b.is_empty() || !b.iter().all(|c| is_alnum_lower(*c) || *c == b'-') || !is_alnum_lower(b[0]) || !is_alnum_lower(b[b.len() - 1]) {
         return Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".into());
     }
     Ok(())
@@ -42,10 +42,15 @@ pub fn validate_dns1035_label(s: &str) -> Result<(), String> {
 
 /// RFC 1123 subdomain: dot-separated labels, ≤ 253.
 pub fn validate_dns1123_subdomain(s: &str) -> Result<(), String> {
-    if s.is_empty() || s.len() > DNS1123_SUBDOMAIN_MAX {
+    if s.len() > DNS1123_SUBDOMAIN_MAX {
         return Err(format!("must be no more than {DNS1123_SUBDOMAIN_MAX} characters"));
     }
-    if s.split('.').all(|l| validate_dns1123_label(l).is_ok()) {
+    // Upstream's subdomain pattern bounds only the whole (253), not each label.
+    let label_ok = |l: &str| {
+        let b = l.as_bytes();
+        !b.is_empty() && b.iter().all(|c| is_alnum_lower(*c) || *c == b'-') && is_alnum_lower(b[0]) && is_alnum_lower(b[b.len() - 1])
+    };
+    if !s.is_empty() && s.split('.').all(label_ok) {
         Ok(())
     } else {
         Err("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')".into())

@@ -2,7 +2,8 @@
 //! upstream's field paths and messages, returned as Status causes for a 422: ConfigMap and
 //! Secret ([`config`]), Events ([`events`]), PriorityClass ([`scheduling`]), pod specs
 //! ([`pods`]), workloads ([`workloads`]), Services ([`services`]), RBAC bindings, leases,
-//! autoscalers and claims ([`cluster`]); the error shapes are [`errors`]'s.
+//! autoscalers, claims, storage, ingress and runtime classes ([`cluster`]), APF's bootstrap
+//! configuration ([`flowcontrol`]); the error shapes are [`errors`]'s.
 //! CustomResourceDefinitions' rules live in [`crate::crd`].
 
 mod cluster;
@@ -50,6 +51,8 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
         ("rbac.authorization.k8s.io", "clusterrolebindings") => cluster::validate_binding(true, obj),
         ("coordination.k8s.io", "leases") => cluster::validate_lease(obj),
         ("autoscaling", "horizontalpodautoscalers") if info.is_storage_version() => cluster::validate_autoscaler(obj),
+        ("storage.k8s.io", "storageclasses") => cluster::validate_storage_class(obj),
+        ("networking.k8s.io", "ingressclasses") | ("node.k8s.io", "runtimeclasses") => cluster::validate_class(&info.plural, obj),
         _ => Vec::new(),
     }
 }
@@ -74,12 +77,21 @@ pub fn validate_version(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -
 pub fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<StatusCause> {
     match (info.group.as_str(), info.plural.as_str()) {
         (crate::crd::GROUP, crate::crd::PLURAL) => crate::crd::validate_update(old, new),
-        ("", "configmaps" | "secrets") => config::validate_update(info, old, new),
+        ("", "configmaps") => config::validate_update(info, old, new),
         ("scheduling.k8s.io", "priorityclasses") => scheduling::validate_priority_class_update(old, new),
         ("", "pods") => pods::validate_pod_update(old, new),
         ("apps", _) | ("batch", _) => workloads::validate_update(&info.group, &info.plural, old, new),
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => cluster::validate_binding_update(old, new),
         ("", "persistentvolumeclaims") => cluster::validate_claim_update(old, new),
+        ("storage.k8s.io", "storageclasses") => cluster::validate_storage_class_update(old, new),
+        ("networking.k8s.io", "ingressclasses") => cluster::immutable_string("spec.controller", "/spec/controller", old, new),
+        ("node.k8s.io", "runtimeclasses") => cluster::immutable_string("handler", "/handler", old, new),
+        ("discovery.k8s.io", "endpointslices") => cluster::immutable_string("addressType", "/addressType", old, new),
+        ("", "secrets") => {
+            let mut causes = config::validate_update(info, old, new);
+            causes.extend(cluster::immutable_string("type", "/type", old, new));
+            causes
+        }
         _ => Vec::new(),
     }
 }
