@@ -1,10 +1,10 @@
-//! The admission plugins that read other objects (RFC 0011, "Admission plugins"), run on a
-//! create (and the priority-class and claim rules on an update) after the object's own
-//! defaults — LimitRanger, Priority, RuntimeClass, DefaultStorageClass, DefaultIngressClass,
-//! TaintNodesByCondition, in upstream's order: the
-//! decisions are `shardplane_apimachinery::admission`'s, the objects they read come from the
-//! shard's informers ([`crate::informer`]). A name a pod gives is also looked up in the store
-//! when the informer has not heard of it yet, so a class created just before is found.
+//! The admission plugins that read other objects (RFC 0011, "Admission plugins"): LimitRanger,
+//! Priority, RuntimeClass, DefaultStorageClass, DefaultIngressClass and TaintNodesByCondition,
+//! run in upstream's order on a create (the priority-class and claim rules on an update too),
+//! after the object's own defaults. The decisions are `shardplane_apimachinery::admission`'s and
+//! `limit_ranger`'s; the objects they read come from the shard's informers
+//! ([`crate::informer`]). A class a pod names is also looked up in the store when the informer
+//! has not heard of it yet, so a class created just before is found.
 
 use crate::shard::Shard;
 use serde_json::Value;
