@@ -314,46 +314,57 @@ async fn watches_with_the_same_filters_share_one_upstream_and_each_sees_every_ch
     for s in &c.shards {
         assert_eq!(shard_watchers(&s.url).await, 2, "{}", s.url);
     }
-    // Creates, updates and deletes on both shards; the oracle is each write's own answer.
-    let mut want = Vec::new();
+    // Creates, updates and deletes on both shards; the oracle is each write's own answer: a
+    // change's (type, name) and the bounds of its RV (exact for a create or patch, which answer
+    // with it; a delete's lies after the object's last write and at or before the list's RV
+    // right after it, since member keys in the same store may be written meanwhile).
+    let mut want: Vec<(String, String, u64, u64)> = Vec::new();
     let mut want_a = Vec::new();
     for i in 0..30 {
         let name = format!("s{i:02}");
         let team = if i % 3 == 0 { "a" } else { "b" };
         let (code, o) = r.post(CM, &configmap(&name, json!({"team": team}))).await;
         assert_eq!(code, 201);
-        want.push(("ADDED".to_owned(), name.clone(), rv(&o)));
-        if team == "a" {
-            want_a.push(("ADDED".to_owned(), name.clone(), rv(&o)));
-        }
+        let mut last = rv(&o);
+        let mut mine = vec![("ADDED".to_owned(), name.clone(), last, last)];
         if i % 5 == 0 {
             let (_, o) = r.send("PATCH", &format!("{CM}/{name}"), "application/merge-patch+json", r#"{"data":{"k":"v"}}"#).await;
-            want.push(("MODIFIED".to_owned(), name.clone(), rv(&o)));
-            if team == "a" {
-                want_a.push(("MODIFIED".to_owned(), name.clone(), rv(&o)));
-            }
+            last = rv(&o);
+            mine.push(("MODIFIED".to_owned(), name.clone(), last, last));
         }
         if i % 7 == 0 {
             let (code, _) = r.delete(&format!("{CM}/{name}"), None).await;
             assert_eq!(code, 200);
             let (_, list) = r.get(CM).await;
-            // The delete's RV is the list's RV right after it (no other writer).
-            want.push(("DELETED".to_owned(), name.clone(), rv(&list)));
-            if team == "a" {
-                want_a.push(("DELETED".to_owned(), name.clone(), rv(&list)));
-            }
+            mine.push(("DELETED".to_owned(), name.clone(), last + 1, rv(&list)));
         }
+        if team == "a" {
+            want_a.extend(mine.iter().cloned());
+        }
+        want.extend(mine);
     }
+    let check = |got: Vec<(String, String, u64)>, want: &[(String, String, u64, u64)]| {
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(want) {
+            assert!(g.0 == w.0 && g.1 == w.1 && (w.2..=w.3).contains(&g.2), "{g:?} is not {w:?} (in {got:?})");
+        }
+    };
+    // Every watcher sees one history, exactly.
+    let mut seen: Option<Vec<(String, String, u64)>> = None;
     for w in &mut all {
-        assert_eq!(changes(w, want.len()).await, want);
+        let got = changes(w, want.len()).await;
+        check(got.clone(), &want);
+        assert!(seen.as_ref().is_none_or(|s| *s == got), "watchers disagree: {seen:?} vs {got:?}");
+        seen = Some(got);
     }
     for w in &mut team_a {
-        assert_eq!(changes(w, want_a.len()).await, want_a);
+        check(changes(w, want_a.len()).await, &want_a);
     }
     // A client joining late from the same RV is served from the hub's ring: the same history,
     // and still no new shard stream.
     let mut late = r.watch(&format!("{CM}?watch=1&resourceVersion={start}")).await;
-    assert_eq!(changes(&mut late, want.len()).await, want);
+    let late_changes = changes(&mut late, want.len()).await;
+    assert_eq!(Some(late_changes), seen);
     for s in &c.shards {
         assert_eq!(shard_watchers(&s.url).await, 2);
     }
