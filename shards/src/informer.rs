@@ -4,9 +4,10 @@
 //! whole hash space, as each kube-apiserver's informers follow them. Their objects live on
 //! whichever shard owns their keys; every shard needs them all.
 //!
-//! Bounded: a kind holds at most [`MAX_OBJECTS`] objects. Past that the informer stops holding
-//! it and admission that needs it answers 503 (a cluster with that many classes is not one these
-//! plugins were written for; the limit says so rather than growing without end).
+//! Bounded: a kind holds at most [`MAX_OBJECTS`] objects. Past that the informer lets what it
+//! read go, admission that needs the kind answers 503, and the kind is listed again every few
+//! seconds until it fits (a cluster with that many classes is not one these plugins were written
+//! for; the limit says so rather than growing without end).
 
 use serde_json::Value;
 use shardplane_keyspace::{etcd_layout, HashRange};
@@ -108,8 +109,14 @@ async fn run(storage: Storage, group: &'static str, plural: &'static str, tx: wa
             }
             Followed::Progress(_) => return Ok(()),
         }
-        let held = if objects.len() > MAX_OBJECTS { Held::TooMany } else { Held::Objects(objects.clone()) };
-        tx.send_replace(Arc::new(held));
+        if objects.len() > MAX_OBJECTS {
+            // Not held: what was read is let go, and the kind is listed again after the
+            // follower's pause (up to 10 s) to see whether it has shrunk.
+            objects.clear();
+            tx.send_replace(Arc::new(Held::TooMany));
+            return Err(format!("more than {MAX_OBJECTS} {plural}: not held for admission"));
+        }
+        tx.send_replace(Arc::new(Held::Objects(objects.clone())));
         Ok(())
     })
     .await;
