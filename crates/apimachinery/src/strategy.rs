@@ -45,6 +45,16 @@ pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
     }
 }
 
+/// Puts back the stored object's `fields` (absent where it has none).
+fn keep_stored(new_obj: &mut serde_json::Map<String, Value>, old: &Value, fields: &[&str]) {
+    for field in fields {
+        match old.get(*field) {
+            Some(v) => new_obj.insert((*field).into(), v.clone()),
+            None => new_obj.remove(*field),
+        };
+    }
+}
+
 /// Which part of an object a write may change.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Subresource {
@@ -144,12 +154,7 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
         Subresource::EphemeralContainers => {
             // Everything as stored but the ephemeral containers.
             let added = new_obj.get("spec").and_then(|s| s.get("ephemeralContainers")).cloned();
-            for field in ["spec", "status"] {
-                match old.get(field) {
-                    Some(v) => new_obj.insert(field.into(), v.clone()),
-                    None => new_obj.remove(field),
-                };
-            }
+            keep_stored(new_obj, old, &["spec", "status"]);
             if let (Some(spec), Some(a)) = (new_obj.get_mut("spec").and_then(Value::as_object_mut), added) {
                 spec.insert("ephemeralContainers".into(), a);
             }
@@ -157,12 +162,7 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
         Subresource::Approval => {
             // Everything as stored but the status conditions.
             let conditions = new_obj.get("status").and_then(|s| s.get("conditions")).cloned();
-            for field in ["spec", "status"] {
-                match old.get(field) {
-                    Some(v) => new_obj.insert(field.into(), v.clone()),
-                    None => new_obj.remove(field),
-                };
-            }
+            keep_stored(new_obj, old, &["spec", "status"]);
             let status = new_obj.entry("status").or_insert_with(|| serde_json::json!({}));
             if let (Some(st), Some(c)) = (status.as_object_mut(), conditions) {
                 st.insert("conditions".into(), c);

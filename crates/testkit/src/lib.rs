@@ -249,6 +249,19 @@ pub fn client() -> reqwest::Client {
 }
 
 /// Polls `cond` until it holds, failing the test after `deadline`.
+/// etcd, `k` shard processes' worth of shards (one even hash range each) and a router over
+/// them, once the router serves the `default` namespace (created at start by its owner).
+pub async fn routed_cluster(k: u32) -> (Etcd, Vec<TestShard>, TestShard) {
+    let etcd = Etcd::start().await;
+    let mut shards = Vec::new();
+    for r in shardplane_keyspace::HashRange::split_even(k) {
+        shards.push(TestShard::start_shard(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
+    }
+    let router = TestShard::start_router(std::slice::from_ref(&etcd.endpoint), shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
+    wait_for(Duration::from_secs(20), || async { router.get("/api/v1/namespaces/default").await.0 == 200 }).await;
+    (etcd, shards, router)
+}
+
 pub async fn wait_for<F, Fut>(deadline: Duration, mut cond: F)
 where
     F: FnMut() -> Fut,

@@ -4,19 +4,11 @@
 //! client reads back, as upstream answers it.
 
 use serde_json::{json, Value};
-use shardplane_keyspace::{HashRange, RangeSet};
 use shardplane_testkit::*;
 use std::time::Duration;
 
 async fn cluster() -> (Etcd, Vec<TestShard>, TestShard) {
-    let etcd = Etcd::start().await;
-    let mut shards = Vec::new();
-    for r in HashRange::split_even(2) {
-        shards.push(TestShard::start_shard(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
-    }
-    let router = TestShard::start_router(std::slice::from_ref(&etcd.endpoint), shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
-    wait_for(Duration::from_secs(20), || async { router.get("/api/v1/namespaces/default").await.0 == 200 }).await;
-    (etcd, shards, router)
+    routed_cluster(2).await
 }
 
 fn pod(name: &str, spec_extra: Value) -> Value {

@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::json;
-use shardplane_keyspace::{HashRange, RangeSet};
 use shardplane_testkit::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -31,12 +30,7 @@ fn node_name(i: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kubelets_and_a_scheduler_run_against_the_router() {
-    let etcd = Etcd::start().await;
-    let mut shards = Vec::new();
-    for r in HashRange::split_even(4) {
-        shards.push(TestShard::start_shard(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
-    }
-    let router = TestShard::start_router(std::slice::from_ref(&etcd.endpoint), shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
+    let (_etcd, shards, router) = routed_cluster(4).await;
     wait_for(Duration::from_secs(20), || async { router.get("/api/v1/namespaces/kube-node-lease").await.0 == 200 }).await;
     router.namespace("work").await;
     let client = kube_client(&router.url);

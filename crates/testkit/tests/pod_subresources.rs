@@ -3,9 +3,7 @@
 //! when no kubelet can be reached (RFC 0011).
 
 use serde_json::{json, Value};
-use shardplane_keyspace::{HashRange, RangeSet};
 use shardplane_testkit::*;
-use std::time::Duration;
 
 const PODS: &str = "/api/v1/namespaces/default/pods";
 
@@ -16,13 +14,7 @@ async fn text(router: &TestShard, path: &str, method: reqwest::Method) -> (u16, 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubelet_subresources_and_ephemeral_containers() {
-    let etcd = Etcd::start().await;
-    let mut shards = Vec::new();
-    for r in HashRange::split_even(2) {
-        shards.push(TestShard::start_shard(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
-    }
-    let router = TestShard::start_router(std::slice::from_ref(&etcd.endpoint), shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
-    wait_for(Duration::from_secs(20), || async { router.get("/api/v1/namespaces/default").await.0 == 200 }).await;
+    let (_etcd, _shards, router) = routed_cluster(2).await;
     let pod = json!({"metadata": {"name": "web"}, "spec": {"containers": [{"name": "app", "image": "nginx"}, {"name": "sidecar", "image": "envoy"}]}});
     assert_eq!(router.post(PODS, &pod).await.0, 201);
 
