@@ -167,7 +167,7 @@ fn is_zombie(pid: u32) -> bool {
 
 /// An HTTP client for benchmark traffic (no proxy, pooled).
 pub fn http() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().pool_max_idle_per_host(1024).build().expect("client")
+    shardplane_http::outbound::client_builder().pool_max_idle_per_host(1024).build().expect("client")
 }
 
 /// A shard's metrics: name{labels} -> value, for the series the benchmarks read.

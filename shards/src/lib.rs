@@ -11,6 +11,7 @@
 mod admission;
 mod apply;
 mod binding;
+mod component_status;
 mod converted;
 pub mod bootstrap;
 pub mod cli;

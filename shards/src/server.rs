@@ -15,7 +15,7 @@ use shardplane_apimachinery::patch::PatchType;
 use shardplane_apimachinery::ApiError;
 use shardplane_http::limits::InflightLimits;
 use shardplane_http::negotiation::View;
-use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::resources::{Backing, ResourceInfo};
 use shardplane_http::request::prologue;
 use shardplane_http::{body, discovery, protocol, readiness, Api, Reply, RequestContext, Surface};
 use shardplane_keyspace::RangeSet;
@@ -281,9 +281,13 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
     let query = call.query;
     let not_allowed = |m: &str| ApiError::method_not_allowed(&m.to_ascii_lowercase(), &t.info.group, &t.info.plural);
     let name = t.name.as_deref();
-    if t.info.create_only || t.subresource.as_deref() == Some("binding") {
+    if t.info.backing == Backing::Probed {
+        return Ok(crate::component_status::serve(shard, &t, ctx.method.as_str(), query, view).await?);
+    }
+    let create_only = t.info.backing == Backing::CreateOnly;
+    if create_only || t.subresource.as_deref() == Some("binding") {
         // Binding a pod (`pods/{name}/binding`, or the `bindings` collection): POST only.
-        return match (ctx.method.as_str(), name, t.info.create_only) {
+        return match (ctx.method.as_str(), name, create_only) {
             ("POST", Some(_), false) | ("POST", None, true) => Ok(crate::binding::bind(call).await?),
             (m, _, _) => Err(not_allowed(m).into()),
         };

@@ -137,7 +137,7 @@ impl Shard {
         // served version's when storage is not served); a converted version (RFC 0011) reads
         // the cache of the resource it is stored as.
         let mut decoders: Vec<&Arc<ResourceInfo>> = Vec::new();
-        for info in catalog.resources.iter().filter(|i| !i.create_only) {
+        for info in catalog.resources.iter().filter(|i| i.is_stored()) {
             let storage = info.is_storage_version();
             match decoders.iter().position(|d| d.storage_group() == info.storage_group() && d.plural == info.plural) {
                 Some(i) if storage => decoders[i] = info,

@@ -312,7 +312,7 @@ pub fn served_resources(crd: &Value) -> Vec<ResourceInfo> {
                 allow_create_on_update: false,
                 selectable_fields: v.get("selectableFields").and_then(Value::as_array).map(|fs| fs.iter().filter_map(|f| f["jsonPath"].as_str().map(|p| p.trim_start_matches('.').to_owned())).collect()).unwrap_or_else(|| Arc::from(Vec::new())),
                 name_rule: NameRule::Subdomain,
-                create_only: false,
+                backing: crate::resources::Backing::Stored,
                 stored_as: None,
                 custom: Some(Arc::new(CustomVersion {
                     crd: s(crd, "/metadata/name").to_owned(),

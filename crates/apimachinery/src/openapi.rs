@@ -7,7 +7,7 @@
 //! validates on the server, with `fieldValidation=Strict`), the schemas with their
 //! `x-kubernetes-patch-merge-key`s (client-side apply) and descriptions (`kubectl explain`).
 
-use crate::resources::ResourceInfo;
+use crate::resources::{Backing, ResourceInfo};
 use serde_json::{json, Map, Value};
 use std::sync::{Arc, LazyLock};
 
@@ -127,10 +127,19 @@ pub fn group_version_document(resources: &[Arc<ResourceInfo>], group: &str, vers
             "application/merge-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}},
             "application/strategic-merge-patch+json": {"schema": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.Patch"}}
         }, "required": true});
-        if r.create_only {
-            // Only created (core/v1 bindings): a POST and nothing else.
-            paths.insert(coll.clone(), json!({"post": op("post", "create", Some(json_body.clone()), write_params()), "parameters": scope_params}));
-            continue;
+        match r.backing {
+            Backing::Stored => {}
+            Backing::CreateOnly => {
+                // Only created (core/v1 bindings): a POST and nothing else.
+                paths.insert(coll.clone(), json!({"post": op("post", "create", Some(json_body.clone()), write_params()), "parameters": scope_params}));
+                continue;
+            }
+            Backing::Probed => {
+                // Only read (core/v1 componentstatuses): GET of the list and of one.
+                paths.insert(coll.clone(), json!({"get": op("list", "list", None, vec![]), "parameters": scope_params}));
+                paths.insert(format!("{coll}/{{name}}"), json!({"get": op("get", "read", None, vec![]), "parameters": item_params}));
+                continue;
+            }
         }
         paths.insert(coll.clone(), json!({
             "get": op("list", "list", None, vec![]),
@@ -282,7 +291,7 @@ mod tests {
     #[test]
     fn every_served_kind_has_a_schema_and_a_patch_operation() {
         let all: Vec<Arc<ResourceInfo>> = builtin_resources().into_iter().map(Arc::new).collect();
-        for r in all.iter().filter(|r| !r.create_only) {
+        for r in all.iter().filter(|r| r.is_stored()) {
             let name = schema_name(&r.group, &r.version, &r.kind).unwrap_or_else(|| panic!("{} has no schema", r.kind));
             let doc = group_version_document(&all, &r.group, &r.version).unwrap();
             let has_patch = doc["paths"].as_object().unwrap().values().any(|p| {

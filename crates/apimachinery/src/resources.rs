@@ -52,15 +52,28 @@ pub struct ResourceInfo {
     pub selectable_fields: std::sync::Arc<[String]>,
     /// Name validation rule.
     pub name_rule: NameRule,
-    /// Only created, never stored or read: core/v1 `bindings`, whose creation binds a pod
-    /// (served by the pod's shard; no cache, no other verb).
-    pub create_only: bool,
+    /// Where its objects come from: storage (nearly every resource), nowhere (created only), or
+    /// a probe made when read.
+    pub backing: Backing,
     /// For a custom resource, what its CRD says of this version (schema, subresources,
     /// printer columns); None for built-ins.
     pub custom: Option<std::sync::Arc<crate::crd::CustomVersion>>,
     /// A built-in version whose objects are kept as another resource version and converted on
     /// the way in and out ([`crate::conversion`]); None when this version is the stored one.
     pub stored_as: Option<StoredAs>,
+}
+
+/// Where a resource's objects come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backing {
+    /// Stored, cached and watched (every resource but the two below).
+    Stored,
+    /// Only created, never stored or read: core/v1 `bindings`, whose creation binds a pod
+    /// (served by the pod's shard; no cache, no other verb).
+    CreateOnly,
+    /// Computed when read, never stored: core/v1 `componentstatuses`, upstream's probes of the
+    /// control plane's components (GET and LIST only; any shard answers the same).
+    Probed,
 }
 
 /// Where a converted built-in version's objects are kept (RFC 0011): autoscaling/v1
@@ -93,6 +106,11 @@ impl ResourceInfo {
             Some(s) => s.group_version().0,
             None => &self.group,
         }
+    }
+
+    /// Whether objects are stored, cached and watched (not created only, not probed).
+    pub fn is_stored(&self) -> bool {
+        self.backing == Backing::Stored
     }
 
     /// Whether objects are stored in this version (every built-in not converted, and a custom
@@ -190,7 +208,7 @@ where
         allow_create_on_update: extra.allow_create_on_update,
         selectable_fields: extra.selectable_fields.iter().map(|s| (*s).to_owned()).collect(),
         name_rule: extra.name_rule,
-        create_only: false,
+        backing: Backing::Stored,
         custom: None,
         stored_as: None,
     }
@@ -215,10 +233,16 @@ fn bindings() -> ResourceInfo {
         allow_create_on_update: false,
         selectable_fields: std::sync::Arc::new([]),
         name_rule: NameRule::Subdomain,
-        create_only: true,
+        backing: Backing::CreateOnly,
         custom: None,
         stored_as: None,
     }
+}
+
+/// core/v1 `componentstatuses` (`cs`): probed when read (see [`Backing::Probed`]).
+fn component_statuses() -> ResourceInfo {
+    use k8s_openapi::api::core::v1::ComponentStatus;
+    ResourceInfo { backing: Backing::Probed, ..builtin::<ComponentStatus>(Extra { short_names: &["cs"], ..Extra::PLAIN }) }
 }
 
 /// A built-in version stored as another resource version (see [`StoredAs`]).
@@ -306,6 +330,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         }),
         builtin::<core::PodTemplate>(Extra { returns_deleted_object: true, ..Extra::PLAIN }),
         bindings(),
+        component_statuses(),
         builtin::<core::ReplicationController>(Extra { short_names: &["rc"], selectable_fields: &["status.replicas"], ..Extra::WORKLOAD }),
         builtin::<core::Node>(Extra { short_names: &["no"], selectable_fields: &["spec.unschedulable"], ..status }),
         builtin::<core::PersistentVolume>(Extra { short_names: &["pv"], returns_deleted_object: true, ..status }),

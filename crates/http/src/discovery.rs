@@ -2,7 +2,7 @@
 //! aggregated (apidiscovery.k8s.io/v2, chosen by the Accept header as upstream does).
 
 use serde_json::{json, Value};
-use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::resources::{Backing, ResourceInfo};
 use std::sync::Arc;
 
 /// Content type of aggregated discovery responses.
@@ -151,7 +151,11 @@ fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
 
 /// The verbs of a resource itself.
 fn verbs(r: &ResourceInfo) -> &'static [&'static str] {
-    if r.create_only { &["create"] } else { &VERBS }
+    match r.backing {
+        Backing::Stored => &VERBS,
+        Backing::CreateOnly => &["create"],
+        Backing::Probed => &["get", "list"],
+    }
 }
 
 /// `/api/v1` or `/apis/{g}/{v}`.

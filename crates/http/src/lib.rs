@@ -7,7 +7,8 @@
 //! [`negotiation`], [`printing`]), watch-event framing ([`watch_frame`]), the discovery documents
 //! ([`discovery`]), the one mapping of storage errors to a `Status` ([`storage_errors`]), and
 //! the router↔shard protocol ([`protocol`]), and serving connections with their time bounds
-//! ([`serve`]), and the shared `/readyz` checks ([`readiness`]).
+//! ([`serve`]), the shared `/readyz` checks ([`readiness`]), and the one way an outbound client
+//! is built ([`outbound`]).
 //!
 //! It must never hold objects, talk to storage or know where a key lives: it turns HTTP into
 //! parsed requests and answers into HTTP, so that the shard and the router can never read a
@@ -18,6 +19,7 @@ pub mod discovery;
 pub mod limits;
 pub mod metrics;
 pub mod negotiation;
+pub mod outbound;
 pub mod printing;
 pub mod protocol;
 pub mod query;

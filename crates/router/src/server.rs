@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use shardplane_apimachinery::list_options::ListOptions;
 use shardplane_apimachinery::request_path::Target;
-use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::resources::{Backing, ResourceInfo};
 use shardplane_apimachinery::{kind_rules, meta};
 use shardplane_apimachinery::{request_path, ApiError};
 use shardplane_http::limits::InflightLimits;
@@ -162,8 +162,15 @@ async fn route_resource(app: &App, ctx: &RequestContext, t: &Target, pq: &str) -
     let shards = &app.shards;
     let (method, headers, query) = (&ctx.method, &ctx.headers, ctx.query.raw());
     let ns = t.namespace.clone().unwrap_or_default();
-    if t.info.create_only && (method != Method::POST || t.name.is_some()) {
+    let create_only = t.info.backing == Backing::CreateOnly;
+    if create_only && (method != Method::POST || t.name.is_some()) {
         return Err(ApiError::method_not_allowed(&method.as_str().to_ascii_lowercase(), &t.info.group, &t.info.plural));
+    }
+    if t.info.backing == Backing::Probed {
+        // Computed by whichever shard is asked (the same probes at every one): the first.
+        let request = Forwarded { method, path_and_query: pq, headers, body: ctx.body.clone() };
+        let first = shards.urls()[0].clone();
+        return shards.routed(|| shards.forward(&first, &request)).await;
     }
     match (method, t.name.as_deref()) {
         (&Method::GET, None) => {
@@ -196,7 +203,7 @@ async fn route_resource(app: &App, ctx: &RequestContext, t: &Target, pq: &str) -
             }
             let request = Forwarded { method, path_and_query: pq, headers: &fwd_headers, body: ctx.body.clone() };
             // A Binding is stored nowhere: it goes to the shard of the pod it names.
-            let owner = match t.info.create_only {
+            let owner = match create_only {
                 true => shards.catalog.now().find("", "v1", "pods").cloned().ok_or_else(ApiError::path_not_found)?,
                 false => t.info.clone(),
             };

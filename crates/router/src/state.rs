@@ -67,7 +67,7 @@ impl RouterState {
         let storage = stores.main();
         // A shard that does not accept within seconds is down; keepalive notices a connection
         // whose shard vanished without closing it (watch streams stay open for minutes).
-        let http = reqwest::Client::builder().no_proxy().connect_timeout(std::time::Duration::from_secs(5)).tcp_keepalive(std::time::Duration::from_secs(15)).build().map_err(std::io::Error::other)?;
+        let http = shardplane_http::outbound::client_builder().connect_timeout(std::time::Duration::from_secs(5)).tcp_keepalive(std::time::Duration::from_secs(15)).build().map_err(std::io::Error::other)?;
         let mut described = Vec::new();
         let mut history = HistoryBound { events: usize::MAX, window: Duration::MAX };
         for url in &urls {

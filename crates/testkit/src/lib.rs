@@ -245,7 +245,7 @@ pub fn event_rv(e: &Value) -> u64 {
 
 /// A plain HTTP client (no proxies, no TLS).
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
+    shardplane_http::outbound::client_builder().build().unwrap()
 }
 
 /// Polls `cond` until it holds, failing the test after `deadline`.

@@ -171,3 +171,38 @@ async fn kubelets_and_a_scheduler_run_against_the_router() {
     assert_eq!(core.list(&ListParams::default()).await.unwrap().items.len(), 10);
     drop(shards);
 }
+
+/// `kubectl get cs` and kube-rs read upstream's component statuses through the router: the
+/// store's probe healthy, kube-scheduler's and kube-controller-manager's (not running here)
+/// unhealthy with Go's wording of the refused connection; read-only, with upstream's warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn component_statuses_probe_the_control_plane() {
+    use k8s_openapi::api::core::v1::ComponentStatus;
+    let (_etcd, _shards, router) = routed_cluster(2).await;
+    let api: Api<ComponentStatus> = Api::all(kube_client(&router.url));
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let seen: Vec<(String, String)> = list.items.iter().map(|c| (c.metadata.name.clone().unwrap(), c.conditions.as_ref().unwrap()[0].status.clone())).collect();
+    let want = [("controller-manager", "False"), ("etcd-0", "True"), ("scheduler", "False")].map(|(n, s)| (n.to_owned(), s.to_owned()));
+    assert_eq!(seen, want);
+    let scheduler = api.get("scheduler").await.unwrap();
+    let condition = &scheduler.conditions.unwrap()[0];
+    assert_eq!(condition.type_, "Healthy");
+    assert_eq!(condition.message.as_deref(), Some("Get \"https://127.0.0.1:10259/healthz\": dial tcp 127.0.0.1:10259: connect: connection refused"));
+    let selected = api.list(&ListParams::default().fields("metadata.name=etcd-0")).await.unwrap();
+    assert_eq!(selected.items.len(), 1);
+    assert_eq!(selected.items[0].conditions.as_ref().unwrap()[0].message.as_deref(), Some("ok"));
+    let (code, body) = router.get("/api/v1/componentstatuses/nope").await;
+    assert_eq!((code, body["reason"].as_str()), (404, Some("NotFound")));
+    let (code, body) = router.send("DELETE", "/api/v1/componentstatuses/etcd-0", "application/json", "").await;
+    assert_eq!((code, body["reason"].as_str()), (405, Some("MethodNotAllowed")));
+    let (code, _) = router.get("/api/v1/componentstatuses?watch=true").await;
+    assert_eq!(code, 405);
+    let r = client().get(format!("{}/api/v1/componentstatuses", router.url)).send().await.unwrap();
+    assert_eq!(r.headers()["warning"], "299 - \"v1 ComponentStatus is deprecated in v1.19+\"");
+
+    let k = Kubectl { bin: kubectl_path("1.33"), server: router.url.clone(), home: tempdir::Dir::new() };
+    let table = k.ok(&["get", "cs"], None);
+    let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().take(2).collect()).collect();
+    assert_eq!(rows, [vec!["NAME", "STATUS"], vec!["controller-manager", "Unhealthy"], vec!["etcd-0", "Healthy"], vec!["scheduler", "Unhealthy"]]);
+    assert!(k.ok(&["api-resources", "--api-group="], None).lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["componentstatuses", "cs", "v1", "false", "ComponentStatus"]));
+}

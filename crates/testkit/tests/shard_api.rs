@@ -210,7 +210,7 @@ async fn numbers_at_the_edges_of_their_types_get_an_answer() {
         ("DELETE", format!("{CM}/b"), format!(r#"{{"gracePeriodSeconds":{}}}"#, i64::MIN).into_bytes(), None),
         ("DELETE", format!("{CM}/c"), br#"{"gracePeriodSeconds":18446744073709551616}"#.to_vec(), Some(400)),
     ];
-    let c = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().unwrap();
+    let c = shardplane_http::outbound::client_builder().timeout(Duration::from_secs(20)).build().unwrap();
     for (method, path, body, want) in cases {
         // A watch that starts is answered with its headers: receiving them is the answer.
         let req = c.request(method.parse().unwrap(), format!("{}{path}", s.url)).header("content-type", "application/json").body(body);

@@ -403,8 +403,27 @@ const PRIORITY_LEVEL_CONFIGURATIONS: &[Column] = &[
 ];
 
 /// The columns of a kind that is not a workload.
+/// The first `Healthy` condition of a ComponentStatus (upstream's printer reads that one).
+fn healthy_condition(obj: &Value) -> Option<&Value> {
+    obj["conditions"].as_array()?.iter().find(|c| c["type"] == "Healthy")
+}
+
+const COMPONENT_STATUSES: &[Column] = &[
+    NAME,
+    col("Status", "Status of the component conditions", |o| {
+        json!(match healthy_condition(o) {
+            None => "Unknown",
+            Some(c) if c["status"] == "True" => "Healthy",
+            Some(_) => "Unhealthy",
+        })
+    }),
+    col("Message", "Message of the component conditions", |o| json!(healthy_condition(o).and_then(|c| c["message"].as_str()).unwrap_or(""))),
+    col("Error", "Error of the component conditions", |o| json!(healthy_condition(o).and_then(|c| c["error"].as_str()).unwrap_or(""))),
+];
+
 pub(super) fn of(group: &str, plural: &str) -> Option<&'static [Column]> {
     Some(match (group, plural) {
+        ("", "componentstatuses") => COMPONENT_STATUSES,
         ("", "namespaces") => NAMESPACES,
         ("", "configmaps") => CONFIG_MAPS,
         ("", "secrets") => SECRETS,
