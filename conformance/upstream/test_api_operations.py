@@ -59,6 +59,17 @@ CASES = [
     ("CoreV1Api", "resource_quota", True, lambda n: {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": n}, "spec": {"hard": {"pods": "10"}}},
      {"status": {"hard": {"pods": "10"}, "used": {"pods": "0"}}}, "ResourceQuota should manage the lifecycle of a ResourceQuota"),
     ("AppsV1Api", "controller_revision", True, lambda n: {"apiVersion": "apps/v1", "kind": "ControllerRevision", "metadata": {"name": n}, "revision": 1, "data": {"spec": {}}}, None, "ControllerRevision should manage the lifecycle of a ControllerRevision"),
+    # Dynamic Resource Allocation (beta in 1.33, outside the conformance list): each kind in
+    # v1beta2, and claims in v1beta1 too (stored once, converted, watched in either version).
+    ("ResourceV1beta2Api", "device_class", False, lambda n: {"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceClass", "metadata": {"name": n}, "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}}, None, "DRA DeviceClass API operations"),
+    ("ResourceV1beta2Api", "resource_claim", True, lambda n: {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceClaim", "metadata": {"name": n}, "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}},
+     {"status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "p", "device": "d0"}]}}}}, "DRA ResourceClaim API operations"),
+    ("ResourceV1beta1Api", "resource_claim", True, lambda n: {"apiVersion": "resource.k8s.io/v1beta1", "kind": "ResourceClaim", "metadata": {"name": n}, "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.example.com"}]}}},
+     {"status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "p", "device": "d0"}]}}}}, "DRA ResourceClaim API operations (v1beta1)"),
+    ("ResourceV1beta2Api", "resource_claim_template", True, lambda n: {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceClaimTemplate", "metadata": {"name": n}, "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}}, None,
+     "DRA ResourceClaimTemplate API operations"),
+    ("ResourceV1beta2Api", "resource_slice", False, lambda n: {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceSlice", "metadata": {"name": n}, "spec": {"driver": "gpu.example.com", "nodeName": "n1", "pool": {"name": n, "resourceSliceCount": 1}, "devices": [{"name": "d0"}]}}, None,
+     "DRA ResourceSlice API operations"),
     ("RbacAuthorizationV1Api", "role", True, lambda n: {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": n}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}, None, "RBAC Role API operations"),
     ("RbacAuthorizationV1Api", "cluster_role", False, lambda n: {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": n}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}, None, "RBAC ClusterRole API operations"),
     ("RbacAuthorizationV1Api", "role_binding", True, lambda n: {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": n}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}, "subjects": [{"kind": "User", "name": "u"}]}, None, "RBAC RoleBinding API operations"),
@@ -108,7 +119,7 @@ class Ops:
         return getattr(self.api, f"list_{self.snake}_for_all_namespaces")(**kw)
 
 
-@pytest.mark.parametrize("api_class,snake,namespaced,make,status,upstream", CASES, ids=[c[1] for c in CASES])
+@pytest.mark.parametrize("api_class,snake,namespaced,make,status,upstream", CASES, ids=[c[1] + ("-v1beta1" if c[0].endswith("V1beta1Api") else "") for c in CASES])
 def test_api_operations(api_client, ns, api_class, snake, namespaced, make, status, upstream):
     ops = Ops(getattr(client, api_class)(api_client), snake, ns if namespaced else None)
     run = uuid.uuid4().hex[:6]

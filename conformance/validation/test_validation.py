@@ -5,7 +5,8 @@
   rule upstream's validation uses for that kind.
 - Per-kind rules: pod specs (containers, names, images, ports, policies), Services, workloads'
   selectors, templates and counts, RBAC bindings, leases, autoscalers, events.k8s.io's strict
-  rules, ConfigMap keys, priority, storage, ingress and runtime classes.
+  rules, ConfigMap keys, priority, storage, ingress and runtime classes, Dynamic Resource
+  Allocation's claims, templates, slices and classes.
 - Immutable fields: an update that changes one is refused with upstream's cause.
 
 Where upstream's message quotes a whole Go struct (a Job's template), the check is on reason and
@@ -208,6 +209,36 @@ CREATE_CASES = {
         {"metadata": {"name": "rc-{suffix}"}, "handler": "Bad_Handler"},
         [("FieldValueInvalid", "handler", f'Invalid value: "Bad_Handler": {LABEL}')],
     ),
+    "device request of two kinds": (
+        "/apis/resource.k8s.io/v1beta2/namespaces/{ns}/resourceclaims",
+        {"metadata": {"name": "rc"}, "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}, "firstAvailable": [{"name": "a", "deviceClassName": "gpu.example.com"}]}]}}},
+        [("FieldValueInvalid", "spec.devices.requests[0]", "Invalid value: null: exactly one of `exactly` or `firstAvailable` is required, but multiple fields are set")],
+    ),
+    "device request count (v1beta1, reported at upstream's internal path)": (
+        "/apis/resource.k8s.io/v1beta1/namespaces/{ns}/resourceclaims",
+        {"metadata": {"name": "rc"}, "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.example.com", "allocationMode": "ExactCount", "count": -1}]}}},
+        [("FieldValueInvalid", "spec.devices.requests[0].exactly.count", "Invalid value: -1: must be greater than zero")],
+    ),
+    "device request allocation mode": (
+        "/apis/resource.k8s.io/v1beta2/namespaces/{ns}/resourceclaimtemplates",
+        {"metadata": {"name": "rct"}, "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com", "allocationMode": "Some"}}]}}}},
+        [("FieldValueNotSupported", "spec.spec.devices.requests[0].exactly.allocationMode", 'Unsupported value: "Some": supported values: "All", "ExactCount"')],
+    ),
+    "resource slice on no node": (
+        "/apis/resource.k8s.io/v1beta2/resourceslices",
+        {"metadata": {"name": "rs-{suffix}"}, "spec": {"driver": "gpu.example.com", "pool": {"name": "p", "resourceSliceCount": 1}}},
+        [("FieldValueRequired", "spec", "Required value: exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection` is required")],
+    ),
+    "resource slice pool count": (
+        "/apis/resource.k8s.io/v1beta2/resourceslices",
+        {"metadata": {"name": "rs-{suffix}"}, "spec": {"driver": "gpu.example.com", "allNodes": True, "pool": {"name": "p", "resourceSliceCount": 0}}},
+        [("FieldValueInvalid", "spec.pool.resourceSliceCount", "Invalid value: 0: must be greater than zero")],
+    ),
+    "device class selector without an expression": (
+        "/apis/resource.k8s.io/v1beta2/deviceclasses",
+        {"metadata": {"name": "dc-{suffix}"}, "spec": {"selectors": [{}]}},
+        [("FieldValueRequired", "spec.selectors[0].cel", "Required value")],
+    ),
     "priority class above the user maximum": (
         "/apis/scheduling.k8s.io/v1/priorityclasses",
         {"metadata": {"name": "too-high-{suffix}"}, "value": 2000000000},
@@ -346,6 +377,19 @@ IMMUTABLE_CASES = {
         {"metadata": {"name": "es"}, "addressType": "IPv4", "endpoints": []},
         ("addressType", "IPv6"),
         [("FieldValueInvalid", "addressType", 'Invalid value: "IPv6": field is immutable')],
+    ),
+    "resource claim spec": (
+        "/apis/resource.k8s.io/v1beta2/namespaces/{ns}/resourceclaims",
+        {"metadata": {"name": "rc"}, "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}},
+        ("spec.devices.requests.0.exactly.count", 2),
+        # Upstream quotes the whole spec (Go's %#v): reason and field only.
+        [("FieldValueInvalid", "spec", None)],
+    ),
+    "resource slice driver": (
+        "/apis/resource.k8s.io/v1beta2/resourceslices",
+        {"metadata": {"name": "rs-{suffix}"}, "spec": {"driver": "a.example.com", "nodeName": "n1", "pool": {"name": "p", "resourceSliceCount": 1}}},
+        ("spec.driver", "b.example.com"),
+        [("FieldValueInvalid", "spec.driver", 'Invalid value: "b.example.com": field is immutable')],
     ),
     "events.k8s.io event note": (
         "/apis/events.k8s.io/v1/namespaces/{ns}/events",

@@ -19,7 +19,7 @@ wheel, out = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(wheel) as z:
     defs = json.loads(z.read("kubernetes_validate/kubernetes-json-schema/v1.33.0-local/_definitions.json"))["$defs"]
 core = ["Namespace", "ConfigMap", "Secret", "Pod", "Service", "Endpoints", "ServiceAccount", "Event", "PodTemplate", "ReplicationController",
-        "Node", "PersistentVolume", "PersistentVolumeClaim", "ResourceQuota", "LimitRange", "Binding"]
+        "Node", "PersistentVolume", "PersistentVolumeClaim", "ResourceQuota", "LimitRange", "Binding", "ComponentStatus"]
 roots = [f"io.k8s.api.core.v1.{k}" for k in core]
 roots += [f"io.k8s.api.{g}.{k}" for g, kinds in {
     "apps.v1": ["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "ControllerRevision"],
@@ -37,6 +37,8 @@ roots += [f"io.k8s.api.{g}.{k}" for g, kinds in {
     "storage.v1": ["StorageClass", "CSIDriver", "CSINode", "CSIStorageCapacity", "VolumeAttachment"],
     "certificates.v1": ["CertificateSigningRequest"],
     "flowcontrol.v1": ["FlowSchema", "PriorityLevelConfiguration"],
+    "resource.v1beta1": ["DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice"],
+    "resource.v1beta2": ["DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice"],
 }.items() for k in kinds]
 roots += ["io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition"]
 roots += [f"io.k8s.apimachinery.pkg.apis.meta.v1.{k}" for k in ["DeleteOptions", "Status"]]

@@ -1,5 +1,6 @@
 //! Writes through a version stored as another (RFC 0011): autoscaling/v1 HorizontalPodAutoscalers
-//! are stored as autoscaling/v2 ones, events.k8s.io/v1 Events as core/v1 Events. The body is
+//! are stored as autoscaling/v2 ones, events.k8s.io/v1 Events as core/v1 Events,
+//! resource.k8s.io/v1beta1 objects as v1beta2 ones. The body is
 //! decoded and its fields checked against the version the request names, converted to the
 //! stored version, and written by the ordinary verbs on the stored resource; their answer is
 //! converted back. A patch applies to the object as the requested version shows it. Reads need
@@ -28,7 +29,8 @@ pub(crate) async fn write(c: Call<'_>, method: &str) -> Reply {
     let stored = stored_target(c.shard, t)?;
     let inner = Call { target: &stored, ..c };
     match method {
-        "DELETE" if t.name.is_some() => write_stored(inner, method, c.headers, c.body).await,
+        // A delete that answers with the object answers in the requested version.
+        "DELETE" if t.name.is_some() => answer(&t.info, write_stored(inner, method, c.headers, c.body).await, &[]).await,
         // The collection's selectors are the requested version's (the cache maps its field
         // labels), and what it answers is listed in that version.
         "DELETE" => write::delete_collection(c).await,

@@ -1,6 +1,7 @@
 //! Conversions between a built-in's served versions and the version its objects are stored in
 //! (RFC 0011, "Several versions of one resource"): autoscaling/v1 HorizontalPodAutoscalers are
-//! stored as autoscaling/v2 ones, events.k8s.io/v1 Events as core/v1 Events. Each object is
+//! stored as autoscaling/v2 ones, events.k8s.io/v1 Events as core/v1 Events, resource.k8s.io/v1beta1
+//! objects as v1beta2 ones ([`resource`]). Each object is
 //! stored once; a request in a converted version is converted to the stored version on the way
 //! in and back on the way out, as upstream converts through its internal type.
 //!
@@ -42,6 +43,7 @@ pub fn to_storage(info: &ResourceInfo, obj: Value) -> Value {
         None => obj,
         Some(StoredAs::CoreEvents) => event_to_core(obj),
         Some(StoredAs::AutoscalingV2) => hpa_v1_to_v2(obj, true),
+        Some(StoredAs::ResourceV1beta2) => resource::v1beta1_to_v1beta2(obj),
     }
 }
 
@@ -60,6 +62,7 @@ pub fn from_storage(info: &ResourceInfo, obj: Value) -> Value {
         None => obj,
         Some(StoredAs::CoreEvents) => event_from_core(obj),
         Some(StoredAs::AutoscalingV2) => hpa_v2_to_v1(obj),
+        Some(StoredAs::ResourceV1beta2) => resource::v1beta2_to_v1beta1(obj),
     }
 }
 
@@ -444,5 +447,6 @@ fn hpa_v2_to_v1(mut obj: Value) -> Value {
     obj
 }
 
+mod resource;
 #[cfg(test)]
 mod tests;

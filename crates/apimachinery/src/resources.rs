@@ -77,7 +77,8 @@ pub enum Backing {
 }
 
 /// Where a converted built-in version's objects are kept (RFC 0011): autoscaling/v1
-/// HorizontalPodAutoscalers as autoscaling/v2 ones, events.k8s.io/v1 Events as core/v1 Events.
+/// HorizontalPodAutoscalers as autoscaling/v2 ones, events.k8s.io/v1 Events as core/v1 Events,
+/// resource.k8s.io/v1beta1 objects as v1beta2 ones.
 /// Keys, placement hash, cache and store are the stored resource's, so both versions read and
 /// write the same objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +87,8 @@ pub enum StoredAs {
     AutoscalingV2,
     /// Stored as core/v1 Events.
     CoreEvents,
+    /// Stored as resource.k8s.io/v1beta2 (Dynamic Resource Allocation's kinds).
+    ResourceV1beta2,
 }
 
 impl StoredAs {
@@ -94,6 +97,7 @@ impl StoredAs {
         match self {
             StoredAs::AutoscalingV2 => ("autoscaling", "v2"),
             StoredAs::CoreEvents => ("", "v1"),
+            StoredAs::ResourceV1beta2 => ("resource.k8s.io", "v1beta2"),
         }
     }
 }
@@ -274,7 +278,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
     use k8s_openapi::api::{autoscaling::v1 as autoscaling_v1, events::v1 as events};
     use k8s_openapi::api::{apps::v1 as apps, autoscaling::v2 as autoscaling, batch::v1 as batch, certificates::v1 as certificates, coordination::v1 as coord, core::v1 as core};
     use k8s_openapi::api::{discovery::v1 as discovery, flowcontrol::v1 as flowcontrol, networking::v1 as networking, node::v1 as node, policy::v1 as policy};
-    use k8s_openapi::api::{rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage};
+    use k8s_openapi::api::{rbac::v1 as rbac, resource::v1beta1 as dra_v1beta1, resource::v1beta2 as dra, scheduling::v1 as scheduling, storage::v1 as storage};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
     // What upstream's registries say of each (pkg/registry/<group>/<resource>: ShortNames,
     // Categories, a status store, ReturnDeletedObject, AllowCreateOnUpdate, GetAttrs' fields).
@@ -282,6 +286,10 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
     // operation's response type), which generated clients decode by.
     let status = Extra { has_status: true, ..Extra::PLAIN };
     let rbac_object = Extra { allow_create_on_update: true, name_rule: NameRule::PathSegment, ..Extra::PLAIN };
+    let device_class = Extra { tracks_generation: true, returns_deleted_object: true, ..Extra::PLAIN };
+    let resource_claim = Extra { returns_deleted_object: true, ..status };
+    let resource_claim_template = Extra { returns_deleted_object: true, ..Extra::PLAIN };
+    let resource_slice = Extra { tracks_generation: true, returns_deleted_object: true, selectable_fields: &["spec.nodeName", "spec.driver"], ..Extra::PLAIN };
     vec![
         builtin::<core::Namespace>(Extra {
             short_names: &["ns"],
@@ -371,6 +379,16 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         builtin::<certificates::CertificateSigningRequest>(Extra { short_names: &["csr"], selectable_fields: &["spec.signerName"], name_rule: NameRule::PathSegment, ..status }),
         builtin::<flowcontrol::FlowSchema>(Extra { tracks_generation: true, ..status }),
         builtin::<flowcontrol::PriorityLevelConfiguration>(Extra { tracks_generation: true, ..status }),
+        // Dynamic Resource Allocation: v1beta2 (upstream's internal shape) stored, v1beta1
+        // converted (crate::conversion::resource).
+        builtin::<dra::DeviceClass>(device_class),
+        builtin::<dra::ResourceClaim>(resource_claim),
+        builtin::<dra::ResourceClaimTemplate>(resource_claim_template),
+        builtin::<dra::ResourceSlice>(resource_slice),
+        converted::<dra_v1beta1::DeviceClass>(device_class, StoredAs::ResourceV1beta2),
+        converted::<dra_v1beta1::ResourceClaim>(resource_claim, StoredAs::ResourceV1beta2),
+        converted::<dra_v1beta1::ResourceClaimTemplate>(resource_claim_template, StoredAs::ResourceV1beta2),
+        converted::<dra_v1beta1::ResourceSlice>(resource_slice, StoredAs::ResourceV1beta2),
         builtin::<apiextensions::CustomResourceDefinition>(Extra {
             short_names: &["crd", "crds"],
             categories: &["api-extensions"],

@@ -46,7 +46,7 @@ fn version_order(v: &str) -> (u8, std::cmp::Reverse<u64>, std::cmp::Reverse<u64>
 
 /// The built-in groups in upstream's discovery order (kube-apiserver orders groups by a priority
 /// per group; custom resources' groups come after them, by name).
-const GROUP_ORDER: [&str; 19] = [
+const GROUP_ORDER: [&str; 20] = [
     "apiregistration.k8s.io",
     "apps",
     "events.k8s.io",
@@ -66,6 +66,7 @@ const GROUP_ORDER: [&str; 19] = [
     "node.k8s.io",
     "discovery.k8s.io",
     "flowcontrol.apiserver.k8s.io",
+    "resource.k8s.io",
 ];
 
 /// The named groups and their versions, preferred first, in discovery order.

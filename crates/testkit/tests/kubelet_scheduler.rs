@@ -3,7 +3,9 @@
 //! renewed), a scheduler binds 100 pending pods through `pods/binding`, each kubelet watches its
 //! own pods (`spec.nodeName=<node>`) and sees exactly those, then reports them Running through
 //! the status subresource; kubectl cordons a node and scales a deployment; an autoscaler is read
-//! and written in autoscaling/v2 and v1; kubelets' events go in through events.k8s.io/v1.
+//! and written in autoscaling/v2 and v1; kubelets' events go in through events.k8s.io/v1. Also
+//! the component statuses kubectl reads, and Dynamic Resource Allocation as a driver and a
+//! scheduler use it, in both of its served versions.
 
 use futures::TryStreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -205,4 +207,83 @@ async fn component_statuses_probe_the_control_plane() {
     let rows: Vec<Vec<&str>> = table.lines().map(|l| l.split_whitespace().take(2).collect()).collect();
     assert_eq!(rows, [vec!["NAME", "STATUS"], vec!["controller-manager", "Unhealthy"], vec!["etcd-0", "Healthy"], vec!["scheduler", "Unhealthy"]]);
     assert!(k.ok(&["api-resources", "--api-group="], None).lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["componentstatuses", "cs", "v1", "false", "ComponentStatus"]));
+}
+
+/// Dynamic Resource Allocation through a router over four shards, as a DRA driver, a scheduler
+/// and kubectl use it, in both served versions: a driver publishes its devices in v1beta1
+/// (`basic`) and v1beta2 reads them flattened, a claim made in v1beta1 (inline request) reads
+/// in v1beta2 under `exactly` with upstream's defaults, a scheduler's allocation written through
+/// v1beta1's status subresource reaches a v1beta2 watcher, and what upstream forbids is a 422.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_resource_allocation_in_both_versions() {
+    use k8s_openapi::api::resource::{v1beta1, v1beta2};
+    use kube::api::WatchEvent;
+    let (_etcd, _shards, router) = routed_cluster(4).await;
+    router.namespace("work").await;
+    let client = kube_client(&router.url);
+
+    let classes: Api<v1beta2::DeviceClass> = Api::all(client.clone());
+    let class: v1beta2::DeviceClass = serde_json::from_value(json!({"metadata": {"name": "gpu.example.com"}, "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.example.com'"}}]}})).unwrap();
+    let class = classes.create(&PostParams::default(), &class).await.unwrap();
+    assert_eq!(class.metadata.generation, Some(1));
+
+    // A driver on each of three nodes publishes one GPU, through v1beta1.
+    let old_slices: Api<v1beta1::ResourceSlice> = Api::all(client.clone());
+    for n in 0..3 {
+        let slice: v1beta1::ResourceSlice = serde_json::from_value(json!({"metadata": {"name": format!("node-{n}-gpu")}, "spec": {
+            "driver": "gpu.example.com", "nodeName": format!("node-{n}"), "pool": {"name": format!("node-{n}"), "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0", "basic": {"attributes": {"model": {"string": "a100"}}, "capacity": {"memory": {"value": "40Gi"}}}}]}})).unwrap();
+        old_slices.create(&PostParams::default(), &slice).await.unwrap();
+    }
+    let slices: Api<v1beta2::ResourceSlice> = Api::all(client.clone());
+    let on_node = slices.list(&ListParams::default().fields("spec.nodeName=node-1")).await.unwrap();
+    assert_eq!(on_node.items.len(), 1);
+    let device = &on_node.items[0].spec.devices.as_ref().unwrap()[0];
+    assert_eq!((device.name.as_str(), device.capacity.as_ref().unwrap()["memory"].value.0.as_str()), ("gpu-0", "40Gi"));
+    assert_eq!(slices.list(&ListParams::default().fields("spec.driver=gpu.example.com")).await.unwrap().items.len(), 3);
+
+    // A claim in v1beta1, read in v1beta2 with upstream's defaults; watched in v1beta2.
+    let old_claims: Api<v1beta1::ResourceClaim> = Api::namespaced(client.clone(), "work");
+    let claims: Api<v1beta2::ResourceClaim> = Api::namespaced(client.clone(), "work");
+    let claim: v1beta1::ResourceClaim = serde_json::from_value(json!({"metadata": {"name": "train"}, "spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.example.com"}]}}})).unwrap();
+    let made = old_claims.create(&PostParams::default(), &claim).await.unwrap();
+    let read = claims.get("train").await.unwrap();
+    let exactly = read.spec.devices.as_ref().unwrap().requests.as_ref().unwrap()[0].exactly.clone().unwrap();
+    assert_eq!((exactly.device_class_name.as_str(), exactly.allocation_mode.as_deref(), exactly.count), ("gpu.example.com", Some("ExactCount"), Some(1)));
+    let rv = made.metadata.resource_version.clone().unwrap();
+    let mut watch = futures::StreamExt::boxed(claims.watch(&kube::api::WatchParams::default(), &rv).await.unwrap());
+
+    // The scheduler allocates node-1's GPU and reserves it for a pod, through v1beta1's status.
+    let status = json!({"status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "node-1", "device": "gpu-0"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-1"]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": "trainer", "uid": "6c5b2f1e-0000-4000-8000-000000000001"}]}});
+    old_claims.patch_status("train", &PatchParams::default(), &Patch::Merge(status)).await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = watch.try_next().await.unwrap() {
+            if let WatchEvent::Modified(c) = event {
+                return c;
+            }
+        }
+        panic!("the watch ended");
+    })
+    .await
+    .expect("the allocation reaches a v1beta2 watcher");
+    assert_eq!(seen.status.unwrap().allocation.unwrap().devices.unwrap().results.unwrap()[0].device, "gpu-0");
+
+    // What upstream forbids: a changed claim spec, a request of two kinds, a slice on no node.
+    let (code, body) = router.send("PATCH", "/apis/resource.k8s.io/v1beta1/namespaces/work/resourceclaims/train", "application/merge-patch+json", json!({"spec": {"devices": {"requests": [{"name": "gpu", "deviceClassName": "gpu.example.com", "count": 2}]}}}).to_string()).await;
+    assert_eq!((code, body["details"]["causes"][0]["field"].as_str()), (422, Some("spec")), "{body}");
+    let (code, body) = router.post("/apis/resource.k8s.io/v1beta2/namespaces/work/resourceclaims", &json!({"metadata": {"name": "both"}, "spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}, "firstAvailable": [{"name": "a", "deviceClassName": "gpu.example.com"}]}]}}})).await;
+    assert_eq!(code, 422);
+    assert_eq!(body["details"]["causes"][0]["message"], "Invalid value: null: exactly one of `exactly` or `firstAvailable` is required, but multiple fields are set");
+    let (code, body) = router.post("/apis/resource.k8s.io/v1beta1/resourceslices", &json!({"metadata": {"name": "nowhere"}, "spec": {"driver": "gpu.example.com", "pool": {"name": "p", "resourceSliceCount": 1}}})).await;
+    assert_eq!((code, body["details"]["causes"][0]["field"].as_str()), (422, Some("spec")), "{body}");
+
+    // kubectl prints the claim's state and deletes a slice (the answer is the object).
+    let k = Kubectl { bin: kubectl_path("1.33"), server: router.url.clone(), home: tempdir::Dir::new() };
+    let table = k.ok(&["get", "resourceclaims", "-n", "work"], None);
+    assert!(table.lines().nth(1).is_some_and(|l| l.split_whitespace().take(2).eq(["train", "allocated,reserved"])), "{table}");
+    let (code, gone) = router.send("DELETE", "/apis/resource.k8s.io/v1beta1/resourceslices/node-0-gpu", "application/json", "").await;
+    assert_eq!((code, gone["kind"].as_str(), gone["spec"]["devices"][0]["basic"]["attributes"]["model"]["string"].as_str()), (200, Some("ResourceSlice"), Some("a100")));
 }

@@ -682,9 +682,12 @@ async fn discovery_legacy_and_aggregated() {
     // Upstream's order of the groups served.
     let want = [
         "apps", "events.k8s.io", "autoscaling", "batch", "certificates.k8s.io", "networking.k8s.io", "policy", "rbac.authorization.k8s.io", "storage.k8s.io", "apiextensions.k8s.io",
-        "scheduling.k8s.io", "coordination.k8s.io", "node.k8s.io", "discovery.k8s.io", "flowcontrol.apiserver.k8s.io",
+        "scheduling.k8s.io", "coordination.k8s.io", "node.k8s.io", "discovery.k8s.io", "flowcontrol.apiserver.k8s.io", "resource.k8s.io",
     ];
     assert_eq!(names, want);
+    // resource.k8s.io serves v1beta2 (preferred) and v1beta1.
+    let dra = groups["groups"].as_array().unwrap().iter().find(|g| g["name"] == "resource.k8s.io").unwrap();
+    assert_eq!(dra["versions"].as_array().unwrap().iter().map(|v| v["version"].as_str().unwrap()).collect::<Vec<_>>(), ["v1beta2", "v1beta1"]);
     // autoscaling serves v2 (preferred) and v1, as upstream.
     let autoscaling = groups["groups"].as_array().unwrap().iter().find(|g| g["name"] == "autoscaling").unwrap();
     assert_eq!(autoscaling["versions"].as_array().unwrap().iter().map(|v| v["version"].as_str().unwrap()).collect::<Vec<_>>(), ["v2", "v1"]);

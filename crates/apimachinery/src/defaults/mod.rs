@@ -8,9 +8,11 @@
 
 mod cluster;
 mod pods;
+mod resource;
 mod workloads;
 
 pub use pods::default_pod_spec;
+pub(crate) use resource::set_defaults as resource_defaults;
 
 use crate::resources::ResourceInfo;
 use serde_json::{json, Map, Value};
@@ -74,6 +76,8 @@ pub fn set_defaults(info: &ResourceInfo, obj: &mut Value) {
         ("storage.k8s.io", "CSIDriver") => cluster::csi_driver(obj),
         ("flowcontrol.apiserver.k8s.io", "FlowSchema") => cluster::flow_schema(obj),
         ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => cluster::priority_level_configuration(obj),
+        // On the stored (v1beta2) shape only: a v1beta1 object is converted before it is stored.
+        ("resource.k8s.io", _) if info.is_storage_version() => resource::set_defaults(&info.plural, obj),
         _ => {}
     }
 }
@@ -126,8 +130,9 @@ fn value_struct_fields(info: &ResourceInfo) -> &'static [&'static str] {
         | ("storage.k8s.io", "volumeattachments")
         | ("certificates.k8s.io", "certificatesigningrequests")
         | ("flowcontrol.apiserver.k8s.io", "flowschemas" | "prioritylevelconfigurations")
+        | ("resource.k8s.io", "resourceclaims")
         | ("apiextensions.k8s.io", "customresourcedefinitions") => &["spec", "status"],
-        ("", "limitranges") | ("coordination.k8s.io", "leases") | ("networking.k8s.io", "ingressclasses" | "networkpolicies" | "ipaddresses") | ("storage.k8s.io", "csidrivers" | "csinodes") => &["spec"],
+        ("", "limitranges") | ("coordination.k8s.io", "leases") | ("networking.k8s.io", "ingressclasses" | "networkpolicies" | "ipaddresses") | ("storage.k8s.io", "csidrivers" | "csinodes") | ("resource.k8s.io", "deviceclasses" | "resourceclaimtemplates" | "resourceslices") => &["spec"],
         ("", "podtemplates") => &["template"],
         _ => &[],
     }

@@ -3,7 +3,8 @@
 //! Secret ([`config`]), Events ([`events`]), PriorityClass ([`scheduling`]), pod specs
 //! ([`pods`]), workloads ([`workloads`]), Services ([`services`]), RBAC bindings, leases,
 //! autoscalers, claims, storage, ingress and runtime classes ([`cluster`]), APF's bootstrap
-//! configuration ([`flowcontrol`]); the error shapes are [`errors`]'s.
+//! configuration ([`flowcontrol`]), Dynamic Resource Allocation ([`resource`]); the error shapes
+//! are [`errors`]'s.
 //! CustomResourceDefinitions' rules live in [`crate::crd`].
 
 mod cluster;
@@ -12,6 +13,7 @@ pub mod errors;
 mod events;
 pub mod flowcontrol;
 pub mod pods;
+mod resource;
 mod scheduling;
 mod services;
 mod workloads;
@@ -53,6 +55,7 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
         ("autoscaling", "horizontalpodautoscalers") if info.is_storage_version() => cluster::validate_autoscaler(obj),
         ("storage.k8s.io", "storageclasses") => cluster::validate_storage_class(obj),
         ("networking.k8s.io", "ingressclasses") | ("node.k8s.io", "runtimeclasses") => cluster::validate_class(&info.plural, obj),
+        ("resource.k8s.io", _) if info.is_storage_version() => resource::validate(&info.plural, obj),
         _ => Vec::new(),
     }
 }
@@ -87,6 +90,7 @@ pub fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<Sta
         ("networking.k8s.io", "ingressclasses") => cluster::immutable_string("spec.controller", "/spec/controller", old, new),
         ("node.k8s.io", "runtimeclasses") => cluster::immutable_string("handler", "/handler", old, new),
         ("discovery.k8s.io", "endpointslices") => cluster::immutable_string("addressType", "/addressType", old, new),
+        ("resource.k8s.io", _) if info.is_storage_version() => resource::validate_update(&info.plural, old, new),
         ("", "secrets") => {
             let mut causes = config::validate_update(info, old, new);
             causes.extend(cluster::immutable_string("type", "/type", old, new));

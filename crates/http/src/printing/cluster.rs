@@ -421,8 +421,39 @@ const COMPONENT_STATUSES: &[Column] = &[
     col("Error", "Error of the component conditions", |o| json!(healthy_condition(o).and_then(|c| c["error"].as_str()).unwrap_or(""))),
 ];
 
+/// A claim's state as upstream summarizes it: deleted, pending, allocated, reserved.
+fn resource_claim_state(obj: &Value) -> Value {
+    let deleted = obj.pointer("/metadata/deletionTimestamp").is_some_and(|t| !t.is_null());
+    let mut states = Vec::new();
+    if deleted {
+        states.push("deleted");
+    }
+    if obj.pointer("/status/allocation").is_none_or(Value::is_null) {
+        if !deleted {
+            states.push("pending");
+        }
+    } else {
+        states.push("allocated");
+        if count(obj, "/status/reservedFor") > 0 {
+            states.push("reserved");
+        }
+    }
+    json!(states.join(","))
+}
+
+const RESOURCE_CLAIMS: &[Column] = &[NAME, col("State", "A summary of the current state (allocated, pending, reserved, etc.).", resource_claim_state), AGE];
+const RESOURCE_SLICES: &[Column] = &[
+    NAME,
+    col("Node", "NodeName identifies the node which provides the resources in this pool.", |o| json!(s(o, "/spec/nodeName"))),
+    col("Driver", "Driver identifies the DRA driver providing the capacity information.", |o| json!(s(o, "/spec/driver"))),
+    col("Pool", "Name is used to identify the pool.", |o| json!(s(o, "/spec/pool/name"))),
+    AGE,
+];
+
 pub(super) fn of(group: &str, plural: &str) -> Option<&'static [Column]> {
     Some(match (group, plural) {
+        ("resource.k8s.io", "resourceclaims") => RESOURCE_CLAIMS,
+        ("resource.k8s.io", "resourceslices") => RESOURCE_SLICES,
         ("", "componentstatuses") => COMPONENT_STATUSES,
         ("", "namespaces") => NAMESPACES,
         ("", "configmaps") => CONFIG_MAPS,
