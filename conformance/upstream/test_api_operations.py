@@ -68,7 +68,7 @@ CASES = [
      {"status": {"allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "p", "device": "d0"}]}}}}, "DRA ResourceClaim API operations (v1beta1)"),
     ("ResourceV1beta2Api", "resource_claim_template", True, lambda n: {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceClaimTemplate", "metadata": {"name": n}, "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}}, None,
      "DRA ResourceClaimTemplate API operations"),
-    ("ResourceV1beta2Api", "resource_slice", False, lambda n: {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceSlice", "metadata": {"name": n}, "spec": {"driver": "gpu.example.com", "nodeName": "n1", "pool": {"name": n, "resourceSliceCount": 1}, "devices": [{"name": "d0"}]}}, None,
+    ("ResourceV1beta2Api", "resource_slice", False, lambda n: {"apiVersion": "resource.k8s.io/v1beta2", "kind": "ResourceSlice", "metadata": {"name": n}, "spec": {"driver": "gpu.example.com", "nodeName": "n1", "pool": {"name": n, "generation": 0, "resourceSliceCount": 1}, "devices": [{"name": "d0"}]}}, None,
      "DRA ResourceSlice API operations"),
     ("RbacAuthorizationV1Api", "role", True, lambda n: {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": n}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}, None, "RBAC Role API operations"),
     ("RbacAuthorizationV1Api", "cluster_role", False, lambda n: {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": n}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}, None, "RBAC ClusterRole API operations"),

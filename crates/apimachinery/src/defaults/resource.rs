@@ -1,7 +1,7 @@
 //! Dynamic Resource Allocation's defaults (resource.k8s.io, set on the stored v1beta2 shape, as
 //! upstream sets them on its internal type): an exact request or an alternative allocates
 //! `ExactCount` devices, one unless it says; a toleration's operator is `Equal`; a device
-//! taint is stamped with when it was added.
+//! taint is stamped with when it was added; a slice's pool generation is zero unless given.
 
 use super::{default_at, each_mut};
 use serde_json::{json, Value};
@@ -39,10 +39,12 @@ fn claim_spec(spec: &mut Value) {
     }
 }
 
-/// A ResourceSlice: its devices' taints get the time they were added.
+/// A ResourceSlice: its pool's generation is written at zero (Go writes the field, which has no
+/// `omitempty`, and strict clients require it); its devices' taints get the time they were added.
 fn resource_slice(obj: &mut Value) {
     let now = crate::meta::now_rfc3339();
-    let Some(spec) = obj.get_mut("spec") else { return };
+    let Some(spec) = obj.get_mut("spec").filter(|s| s.is_object()) else { return };
+    default_at(spec, &["pool", "generation"], json!(0));
     for d in each_mut(spec, "devices") {
         for t in each_mut(d, "taints") {
             default_at(t, &["timeAdded"], json!(now));
