@@ -106,3 +106,9 @@ pub fn port_number(field: &str, v: &Value) -> Option<StatusCause> {
     let n = v.as_i64()?;
     (!(1..=65535).contains(&n)).then(|| invalid(field, v, "must be between 1 and 65535, inclusive"))
 }
+
+/// The fields of `causes`, in order (what the rules' tests compare).
+#[cfg(test)]
+pub fn fields(causes: &[StatusCause]) -> Vec<&str> {
+    causes.iter().map(|c| c.field.as_str()).collect()
+}

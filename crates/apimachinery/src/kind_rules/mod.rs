@@ -3,19 +3,24 @@
 //! Secret ([`config`]), Events ([`events`]), PriorityClass ([`scheduling`]), pod specs
 //! ([`pods`]), workloads ([`workloads`]), Services ([`services`]), RBAC bindings, leases,
 //! autoscalers, claims, storage, ingress and runtime classes ([`cluster`]), APF's bootstrap
-//! configuration ([`flowcontrol`]), Dynamic Resource Allocation ([`resource`]); the error shapes
-//! are [`errors`]'s.
+//! configuration ([`flowcontrol`]), Dynamic Resource Allocation ([`resource`]), volumes, claims
+//! and disruption budgets ([`volumes`]), nodes, namespaces, endpoints and quotas ([`nodes`]),
+//! network policies and ingresses ([`networking`]); the error shapes are [`errors`]'s.
 //! CustomResourceDefinitions' rules live in [`crate::crd`].
 
 mod cluster;
 mod config;
+mod containers;
 pub mod errors;
 mod events;
 pub mod flowcontrol;
+mod networking;
+mod nodes;
 pub mod pods;
 mod resource;
 mod scheduling;
 mod services;
+mod volumes;
 mod workloads;
 
 pub use config::MAX_DATA_BYTES;
@@ -56,6 +61,15 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
         ("storage.k8s.io", "storageclasses") => cluster::validate_storage_class(obj),
         ("networking.k8s.io", "ingressclasses") | ("node.k8s.io", "runtimeclasses") => cluster::validate_class(&info.plural, obj),
         ("resource.k8s.io", _) if info.is_storage_version() => resource::validate(&info.plural, obj),
+        ("", "persistentvolumes") => volumes::validate_volume(obj),
+        ("", "persistentvolumeclaims") => volumes::validate_claim(obj),
+        ("policy", "poddisruptionbudgets") => volumes::validate_disruption_budget(obj),
+        ("", "nodes") => nodes::validate_node(obj),
+        ("", "namespaces") => nodes::validate_namespace(obj),
+        ("", "endpoints") => nodes::validate_endpoints(obj),
+        ("", "resourcequotas") => nodes::validate_quota(obj),
+        ("networking.k8s.io", "networkpolicies") => networking::validate_network_policy(obj),
+        ("networking.k8s.io", "ingresses") => networking::validate_ingress(obj),
         _ => Vec::new(),
     }
 }
@@ -86,6 +100,9 @@ pub fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<Sta
         ("apps", _) | ("batch", _) => workloads::validate_update(&info.group, &info.plural, old, new),
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => cluster::validate_binding_update(old, new),
         ("", "persistentvolumeclaims") => cluster::validate_claim_update(old, new),
+        ("", "persistentvolumes") => volumes::validate_volume_update(old, new),
+        ("", "resourcequotas") => nodes::validate_quota_update(old, new),
+        ("", "namespaces") => nodes::validate_namespace_update(new),
         ("storage.k8s.io", "storageclasses") => cluster::validate_storage_class_update(old, new),
         ("networking.k8s.io", "ingressclasses") => cluster::immutable_string("spec.controller", "/spec/controller", old, new),
         ("node.k8s.io", "runtimeclasses") => cluster::immutable_string("handler", "/handler", old, new),

@@ -1,6 +1,7 @@
 //! Pod specs wherever they appear (pods, pod templates, workloads' templates): upstream's
-//! `ValidatePodSpec` rules clients meet first (containers, their names, images and ports,
-//! volumes, the restart and DNS policies), and on a pod update the fields that may change
+//! `ValidatePodSpec` rules clients meet first (containers, their names, images and ports, their
+//! probes and resources ([`super::containers`]), volumes, the restart and DNS policies), and on
+//! a pod update the fields that may change
 //! (ephemeral containers only added, through their subresource).
 
 use super::errors::{duplicate, forbidden, invalid, invalid_shown, not_supported, port_number, required};
@@ -79,6 +80,7 @@ fn validate_container(c: &Value, at: &str, names: &mut HashSet<String>, causes: 
     if let Some(p) = c.get("imagePullPolicy").and_then(Value::as_str).filter(|p| !PULL_POLICIES.contains(p)) {
         causes.push(not_supported(&format!("{at}.imagePullPolicy"), p, &PULL_POLICIES));
     }
+    super::containers::validate(c, at, causes);
     let mut port_names = HashSet::new();
     for (j, p) in c.get("ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let pat = format!("{at}.ports[{j}]");

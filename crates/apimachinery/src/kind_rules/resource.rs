@@ -321,12 +321,9 @@ pub(super) fn validate_update(plural: &str, old: &Value, new: &Value) -> Vec<Sta
 
 #[cfg(test)]
 mod tests {
+    use super::super::errors::fields;
     use super::*;
     use serde_json::json;
-
-    fn fields(causes: &[StatusCause]) -> Vec<&str> {
-        causes.iter().map(|c| c.field.as_str()).collect()
-    }
 
     #[test]
     fn claims_need_one_kind_of_request_each_with_a_class_and_a_count() {
