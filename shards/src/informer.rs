@@ -42,7 +42,7 @@ pub enum Held {
     Loading,
     /// Every object, by etcd key.
     Objects(BTreeMap<Vec<u8>, Arc<Value>>),
-    /// More than [`MAX_OBJECTS`].
+    /// More than the bound ([`MAX_OBJECTS`] unless started with another).
     TooMany,
 }
 
@@ -52,20 +52,27 @@ type Kind = ((&'static str, &'static str), watch::Receiver<Arc<Held>>);
 /// The followed kinds.
 pub struct Informers {
     kinds: Vec<Kind>,
+    /// The most objects held of one kind.
+    max: usize,
 }
 
 impl Informers {
     /// Starts one follower per kind of [`KINDS`], each on the store that holds that kind.
     pub fn start(store_of: impl Fn(&str, &str) -> Storage, stop: &CancellationToken) -> Self {
+        Self::start_bounded(store_of, stop, MAX_OBJECTS)
+    }
+
+    /// [`Informers::start`] holding at most `max` objects per kind (tests use a small bound).
+    pub fn start_bounded(store_of: impl Fn(&str, &str) -> Storage, stop: &CancellationToken, max: usize) -> Self {
         let kinds = KINDS
             .iter()
             .map(|&(group, plural)| {
                 let (tx, rx) = watch::channel(Arc::new(Held::Loading));
-                tokio::spawn(run(store_of(group, plural), group, plural, tx, stop.child_token()));
+                tokio::spawn(run(store_of(group, plural), group, plural, max, tx, stop.child_token()));
                 ((group, plural), rx)
             })
             .collect();
-        Self { kinds }
+        Self { kinds, max }
     }
 
     /// Every held object of (group, plural), once listed; 503 while loading past
@@ -81,7 +88,7 @@ impl Informers {
         };
         match &*held {
             Held::Objects(m) => Ok(m.values().cloned().collect()),
-            Held::TooMany => Err(ApiError::unavailable(format!("more than {MAX_OBJECTS} {plural}: too many for admission to hold"))),
+            Held::TooMany => Err(ApiError::unavailable(format!("more than {} {plural}: too many for admission to hold", self.max))),
             Held::Loading => unreachable!("waited past loading"),
         }
     }
@@ -91,7 +98,7 @@ fn parsed(bytes: &[u8]) -> Option<Arc<Value>> {
     serde_json::from_slice(bytes).ok().map(Arc::new)
 }
 
-async fn run(storage: Storage, group: &'static str, plural: &'static str, tx: watch::Sender<Arc<Held>>, stop: CancellationToken) {
+async fn run(storage: Storage, group: &'static str, plural: &'static str, max: usize, tx: watch::Sender<Arc<Held>>, stop: CancellationToken) {
     let (start, end) = etcd_layout::range_keys(group, plural, HashRange::FULL);
     let mut objects: BTreeMap<Vec<u8>, Arc<Value>> = BTreeMap::new();
     let options = FollowOptions { max_retry: Duration::from_secs(10), ..FollowOptions::fixed(format!("{plural} for admission"), Duration::from_millis(500), stop) };
@@ -109,12 +116,12 @@ async fn run(storage: Storage, group: &'static str, plural: &'static str, tx: wa
             }
             Followed::Progress(_) => return Ok(()),
         }
-        if objects.len() > MAX_OBJECTS {
+        if objects.len() > max {
             // Not held: what was read is let go, and the kind is listed again after the
             // follower's pause (up to 10 s) to see whether it has shrunk.
             objects.clear();
             tx.send_replace(Arc::new(Held::TooMany));
-            return Err(format!("more than {MAX_OBJECTS} {plural}: not held for admission"));
+            return Err(format!("more than {max} {plural}: not held for admission"));
         }
         tx.send_replace(Arc::new(Held::Objects(objects.clone())));
         Ok(())
