@@ -6,7 +6,7 @@
 - Per-kind rules: pod specs (containers, names, images, ports, probes, resources, policies), Services, workloads'
   selectors, templates and counts, RBAC bindings, leases, autoscalers, events.k8s.io's strict
   rules, ConfigMap keys, priority, storage, ingress and runtime classes, volumes, claims and
-  disruption budgets, nodes, namespaces, endpoints, quotas, network policies, ingresses, Dynamic
+  disruption budgets, nodes, namespaces, endpoints, quotas, network policies, ingresses, certificate requests, Dynamic
   Resource Allocation's claims, templates, slices and classes.
 - Immutable fields: an update that changes one is refused with upstream's cause.
 
@@ -89,6 +89,13 @@ def test_every_kind_refuses_an_invalid_name(raw, ns):
         assert want in causes, f"{plural}: {causes}"
         checked.append(plural)
     assert len(checked) >= 40, checked
+
+
+# A PEM certificate request (an EC P-256 key, CN e2e-user), base64 as the API carries it.
+CSR_REQUEST = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KTUlITk1IVUNBUUF3RXpFUk1BOEdBMVVFQXd3SVpUSmxMWFZ6WlhJd1dUQVRCZ2NxaGtqT1BRSUJCZ2dxaGtqTwpQUU1CQndOQ0FBUkNZRXRpUHpXOTcwZFlFWmRzRWhzcEJrTlpOVDJSL1JxYy9xNHZzZVJRU0pQYzFKSGNVanlNCjNBYlZHTU5ydHRqOGR2WnVIZ2tGWnlEY2cwZnR4dHo4b0FBd0NnWUlLb1pJemowRUF3SURTQUF3UlFJZ0o2L1oKZmZ6TFk0UU42YnFtUXNQWDBvRnVtMTExQmVrZnRRbGhLaHVzckVjQ0lRREVod1o2bytobThtK2VVaTdJSHJBVAp6ZGhTVDZBV1dGcnhxOUJPM05JclJ3PT0KLS0tLS1FTkQgQ0VSVElGSUNBVEUgUkVRVUVTVC0tLS0tCg=="
+CSR_USAGES = ["any", "cert sign", "client auth", "code signing", "content commitment", "crl sign", "data encipherment", "decipher only", "digital signature",
+              "email protection", "encipher only", "ipsec end system", "ipsec tunnel", "ipsec user", "key agreement", "key encipherment", "microsoft sgc",
+              "netscape sgc", "ocsp signing", "s/mime", "server auth", "signing", "timestamping"]
 
 
 def pod(**spec):
@@ -229,6 +236,17 @@ CREATE_CASES = {
         "/api/v1/namespaces/{ns}/pods",
         pod(containers=[{"name": "c", "image": "nginx", "resources": {"limits": {"cpu": "1"}, "requests": {"cpu": "2"}}}]),
         [("FieldValueInvalid", "spec.containers[0].resources.requests[cpu]", 'Invalid value: "2": must be less than or equal to cpu limit of 1')],
+    ),
+    "certificate request that is not PEM": (
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        {"metadata": {"name": "csr-{suffix}"}, "spec": {"request": "YWI=", "signerName": "example.com/signer", "usages": ["client auth"]}},
+        [("FieldValueInvalid", "spec.request", "Invalid value: []byte{0x61, 0x62}: PEM block type must be CERTIFICATE REQUEST")],
+    ),
+    "certificate request signer and usage": (
+        "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+        {"metadata": {"name": "csr-{suffix}"}, "spec": {"request": CSR_REQUEST, "signerName": "signer", "usages": ["flying"]}},
+        [("FieldValueInvalid", "spec.signerName", "Invalid value: \"signer\": must be a fully qualified domain and path of the form 'example.com/signer-name'"),
+         ("FieldValueNotSupported", "spec.usages[0]", 'Unsupported value: "flying": supported values: ' + ", ".join(f'"{u}"' for u in CSR_USAGES))],
     ),
     "node taint effect": (
         "/api/v1/nodes",

@@ -958,7 +958,7 @@ async fn pods_are_bound_to_nodes_once() {
 async fn csrs_are_approved_through_their_approval_subresource() {
     let (_etcd, s) = setup().await;
     let csr = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": "c1"},
-        "spec": {"request": "LS0tLS1CRUdJTg==", "signerName": "example.com/signer", "usages": ["client auth"]},
+        "spec": {"request": CSR_REQUEST, "signerName": "example.com/signer", "usages": ["client auth"]},
         "status": {"conditions": [{"type": "Approved", "status": "True"}]}});
     let base = "/apis/certificates.k8s.io/v1/certificatesigningrequests/c1";
     let (code, created) = s.post("/apis/certificates.k8s.io/v1/certificatesigningrequests", &csr).await;
@@ -1028,3 +1028,6 @@ async fn the_objects_kube_apiserver_creates_at_start_are_there() {
     assert_eq!((catch_all["spec"]["limited"]["nominalConcurrencyShares"].as_u64(), catch_all["spec"]["limited"]["limitResponse"]["type"].as_str()), (Some(5), Some("Reject")));
     assert_eq!(catch_all["metadata"]["annotations"]["apf.kubernetes.io/autoupdate-spec"], "true");
 }
+
+/// A PEM certificate request (an EC P-256 key, CN e2e-user), base64 as the API carries it.
+const CSR_REQUEST: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KTUlITk1IVUNBUUF3RXpFUk1BOEdBMVVFQXd3SVpUSmxMWFZ6WlhJd1dUQVRCZ2NxaGtqT1BRSUJCZ2dxaGtqTwpQUU1CQndOQ0FBUkNZRXRpUHpXOTcwZFlFWmRzRWhzcEJrTlpOVDJSL1JxYy9xNHZzZVJRU0pQYzFKSGNVanlNCjNBYlZHTU5ydHRqOGR2WnVIZ2tGWnlEY2cwZnR4dHo4b0FBd0NnWUlLb1pJemowRUF3SURTQUF3UlFJZ0o2L1oKZmZ6TFk0UU42YnFtUXNQWDBvRnVtMTExQmVrZnRRbGhLaHVzckVjQ0lRREVod1o2bytobThtK2VVaTdJSHJBVAp6ZGhTVDZBV1dGcnhxOUJPM05JclJ3PT0KLS0tLS1FTkQgQ0VSVElGSUNBVEUgUkVRVUVTVC0tLS0tCg==";

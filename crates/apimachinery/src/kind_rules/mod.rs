@@ -5,9 +5,11 @@
 //! autoscalers, claims, storage, ingress and runtime classes ([`cluster`]), APF's bootstrap
 //! configuration ([`flowcontrol`]), Dynamic Resource Allocation ([`resource`]), volumes, claims
 //! and disruption budgets ([`volumes`]), nodes, namespaces, endpoints and quotas ([`nodes`]),
-//! network policies and ingresses ([`networking`]); the error shapes are [`errors`]'s.
+//! network policies and ingresses ([`networking`]), certificate signing requests
+//! ([`certificates`]); the error shapes are [`errors`]'s.
 //! CustomResourceDefinitions' rules live in [`crate::crd`].
 
+mod certificates;
 mod cluster;
 mod config;
 mod containers;
@@ -70,6 +72,7 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
         ("", "resourcequotas") => nodes::validate_quota(obj),
         ("networking.k8s.io", "networkpolicies") => networking::validate_network_policy(obj),
         ("networking.k8s.io", "ingresses") => networking::validate_ingress(obj),
+        ("certificates.k8s.io", "certificatesigningrequests") => certificates::validate(obj),
         _ => Vec::new(),
     }
 }
