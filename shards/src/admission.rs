@@ -1,14 +1,16 @@
 //! The admission plugins that read other objects (RFC 0011, "Admission plugins"): LimitRanger,
-//! Priority, RuntimeClass, DefaultStorageClass, DefaultIngressClass and TaintNodesByCondition,
+//! ServiceAccount, Priority, RuntimeClass, DefaultStorageClass, DefaultIngressClass and
+//! TaintNodesByCondition,
 //! run in upstream's order on a create (the priority-class and claim rules on an update too),
 //! after the object's own defaults. The decisions are `shardplane_apimachinery::admission`'s and
 //! `limit_ranger`'s; the objects they read come from the shard's informers
 //! ([`crate::informer`]). A class a pod names is also looked up in the store when the informer
-//! has not heard of it yet, so a class created just before is found.
+//! has not heard of it yet, so a class created just before is found; the service account a pod
+//! runs as is read from the store ([`crate::service_accounts`]).
 
 use crate::shard::Shard;
 use serde_json::Value;
-use shardplane_apimachinery::{admission, limit_ranger};
+use shardplane_apimachinery::{admission, limit_ranger, service_accounts};
 use shardplane_apimachinery::meta;
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::ApiError;
@@ -38,6 +40,12 @@ pub(crate) async fn admit_create(shard: &Shard, info: &ResourceInfo, obj: &mut V
             let ranges = namespace_limit_ranges(shard, obj).await?;
             let ranges: Vec<&Value> = ranges.iter().map(|r| &**r).collect();
             limit_ranger::apply_defaults(obj, &ranges);
+            let account_name = service_accounts::service_account_name(obj).map_err(forbidden)?;
+            if !account_name.is_empty() {
+                let ns = meta::meta_str(obj, "namespace").to_owned();
+                let account = crate::service_accounts::account(shard, &ns, &account_name).await.map_err(|why| forbidden(service_accounts::lookup_failure(&ns, &account_name, &why)))?;
+                service_accounts::admit(obj, &account, &meta::generate_name(service_accounts::TOKEN_VOLUME_PREFIX));
+            }
             let class = obj.pointer("/spec/priorityClassName").and_then(Value::as_str).filter(|n| !n.is_empty()).map(str::to_owned);
             let classes = objects(shard, "scheduling.k8s.io", "priorityclasses", class.as_deref()).await?;
             admission::pod_priority(obj, classes.iter().map(|c| &**c)).map_err(forbidden)?;

@@ -36,8 +36,8 @@ fn cluster_admin() -> [Value; 2] {
 }
 
 /// Creates what kube-apiserver creates at start, where this shard owns it and it is absent
-/// (retrying until etcd answers): the bootstrap namespaces and the `default/kubernetes` Service
-/// (its bootstrap controller), the system priority classes (the scheduling group's post-start
+/// (retrying until etcd answers): the bootstrap namespaces, their `default` ServiceAccounts and
+/// the `default/kubernetes` Service (its bootstrap controller), the system priority classes (the scheduling group's post-start
 /// hook), `cluster-admin` (the RBAC bootstrap policy), and API Priority and Fairness'
 /// mandatory and suggested FlowSchemas and PriorityLevelConfigurations.
 pub async fn bootstrap(shard: Arc<Shard>) {
@@ -48,6 +48,8 @@ pub async fn bootstrap(shard: Arc<Shard>) {
         .iter()
         .map(|name| (ns_info.clone(), "", *name, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})))
         .chain([(svc_info, "default", "kubernetes", kubernetes_service())])
+        // Each bootstrap namespace's default service account (the service-account controller's).
+        .chain(BOOTSTRAP.iter().map(|ns| (shard.builtin("", "serviceaccounts"), *ns, shardplane_apimachinery::service_accounts::DEFAULT_SERVICE_ACCOUNT, shardplane_apimachinery::service_accounts::default_service_account(ns))))
         .chain(kind_rules::SYSTEM_PRIORITY_CLASSES.iter().map(|(name, value, description)| (pc_info.clone(), "", *name, kind_rules::system_priority_class(name, *value, description))))
         .chain(cluster_admin().into_iter().zip(["clusterroles", "clusterrolebindings"]).map(|(obj, plural)| (shard.builtin("rbac.authorization.k8s.io", plural), "", "cluster-admin", obj)));
     // API Priority and Fairness' mandatory and suggested configuration (its config-producer

@@ -11,6 +11,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
+/// How long a shard whose parent is gone may take to shut down before it exits outright.
+const ORPHAN_GRACE: Duration = Duration::from_secs(5);
+
 /// One shardplane shard: the Kubernetes API for the object keys in its hash ranges.
 #[derive(Parser, Debug)]
 #[command(name = "shard-server", version)]
@@ -137,14 +140,32 @@ async fn run_async(args: Args) -> std::process::ExitCode {
     let shutdown = shutdown_on_signal();
     if std::env::var_os(EXIT_WITH_STDIN).is_some() {
         // Started by a parent that holds our stdin open: when it dies, even by SIGKILL, the pipe
-        // closes and this shard stops too.
+        // closes and this shard stops too. Its death is also seen as this process being given
+        // another parent, in case the pipe stays open (a child that inherited the other end; an
+        // orphan was seen once in a test that SIGKILLs its router).
         let token = shutdown.clone();
+        let parent = std::os::unix::process::parent_id();
         tokio::spawn(async move {
             let mut stdin = tokio::io::stdin();
             let mut buf = [0u8; 64];
-            while matches!(tokio::io::AsyncReadExt::read(&mut stdin, &mut buf).await, Ok(n) if n > 0) {}
+            let closed = async { while matches!(tokio::io::AsyncReadExt::read(&mut stdin, &mut buf).await, Ok(n) if n > 0) {} };
+            let reparented = async {
+                while std::os::unix::process::parent_id() == parent {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            };
+            tokio::select! {
+                _ = closed => {}
+                _ = reparented => {}
+            }
             tracing::warn!("parent process is gone; shutting down");
             token.cancel();
+            // A shard still starting (its store unreachable, say: an embedded store dies with
+            // the parent) may not reach a point that sees the token; it must not outlive the
+            // parent either.
+            tokio::time::sleep(ORPHAN_GRACE).await;
+            tracing::warn!("still running {ORPHAN_GRACE:?} after the parent went; exiting");
+            std::process::exit(1);
         });
     }
     match serve(config, shutdown, |addr| println!("listening on {addr}")).await {

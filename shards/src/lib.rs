@@ -24,6 +24,7 @@ pub mod read;
 pub mod render;
 pub mod scale;
 pub mod server;
+mod service_accounts;
 pub mod shard;
 mod sweep;
 pub mod watch;

@@ -213,7 +213,16 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
         return respond_warning(StatusCode::CREATED, &mut obj, None, unknown);
     }
     match shard.store(info).create(&key, stored_bytes(info, &obj)).await {
-        Ok(rev) => respond_warning(StatusCode::CREATED, &mut obj, Some(rev), unknown),
+        Ok(rev) => {
+            if info.group.is_empty() && info.plural == "namespaces"
+                && let Err(e) = crate::service_accounts::ensure_default(shard, &name).await
+            {
+                // The namespace stands; its account is the controller's job upstream, which
+                // retries: here the pod's admission reads it a few times and then says why.
+                tracing::warn!(namespace = %name, error = %e, "default service account not created");
+            }
+            respond_warning(StatusCode::CREATED, &mut obj, Some(rev), unknown)
+        }
         Err(StorageError::AlreadyExists) => Err(ApiError::already_exists(&info.group, &info.plural, &name)),
         Err(e) => Err(storage_err(e)),
     }
@@ -462,6 +471,9 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
         }
         if !dry {
             match shard.store(info).delete(&key, kv.mod_revision).await {
+                Ok(_) if info.group.is_empty() && info.plural == "serviceaccounts" && name == shardplane_apimachinery::service_accounts::DEFAULT_SERVICE_ACCOUNT => {
+                    crate::service_accounts::recreate_default(shard, &ns).await;
+                }
                 Ok(_) => {}
                 Err(StorageError::Conflict { current: None }) => return Err(ApiError::not_found(&info.group, &info.plural, name)),
                 Err(StorageError::Conflict { .. }) => continue,

@@ -12,7 +12,7 @@
 //! - **Write rules**: object metadata ([`meta`]), per-kind create and update strategies
 //!   ([`strategy`]), field validation by schema
 //!   ([`field_validation`]), per-kind validation ([`kind_rules`]), upstream's defaulting ([`defaults`]),
-//!   the admission plugins' decisions ([`admission`], [`limit_ranger`]), resource quantities ([`quantity`]), string formats ([`formats`]), custom
+//!   the admission plugins' decisions ([`admission`], [`limit_ranger`], [`service_accounts`]), resource quantities ([`quantity`]), string formats ([`formats`]), custom
 //!   resources' value rules ([`structural`]), conversions between served versions ([`conversion`]), CustomResourceDefinitions and what they serve
 //!   ([`crd`]), the three patch formats ([`patch`]) and server-side apply ([`apply`]).
 //!
@@ -45,6 +45,7 @@ pub mod quantity;
 pub mod request_path;
 pub mod resources;
 pub mod selectors;
+pub mod service_accounts;
 pub mod status;
 pub mod strategy;
 pub mod structural;

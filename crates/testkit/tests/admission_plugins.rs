@@ -137,3 +137,48 @@ async fn limit_ranges_default_and_bound_what_a_namespace_runs() {
     let (code, free) = router.post(PODS, &pod("free", json!({"containers": [{"name": "c", "image": "nginx", "resources": {"limits": {"cpu": "2"}}}]}))).await;
     assert_eq!(code, 201, "{free}");
 }
+
+/// The ServiceAccount plugin, with the `default` accounts the shards keep: a new namespace has
+/// its account before its create is answered, a pod runs as `default` and every container mounts
+/// the API access volume, a missing account is upstream's 403, an account's opt-out and pull
+/// secrets apply, and a deleted `default` account comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_run_as_a_service_account_and_mount_its_token() {
+    let (_etcd, _shards, router) = cluster().await;
+    wait_for(Duration::from_secs(10), || async { router.get("/api/v1/namespaces/default/serviceaccounts/default").await.0 == 200 }).await;
+    router.namespace("robots").await;
+    let (code, account) = router.get("/api/v1/namespaces/robots/serviceaccounts/default").await;
+    assert_eq!(code, 200, "created with the namespace: {account}");
+    let pods = "/api/v1/namespaces/robots/pods";
+    let spec = json!({"initContainers": [{"name": "init", "image": "busybox"}], "containers": [{"name": "c", "image": "nginx"}]});
+    let (code, p) = router.post(pods, &json!({"metadata": {"name": "web"}, "spec": spec})).await;
+    assert_eq!(code, 201, "{p}");
+    assert_eq!((p["spec"]["serviceAccountName"].as_str(), p["spec"]["serviceAccount"].as_str()), (Some("default"), Some("default")));
+    let volume = p["spec"]["volumes"][0]["name"].as_str().unwrap().to_owned();
+    assert!(volume.starts_with("kube-api-access-") && volume.len() == "kube-api-access-".len() + 5, "{volume}");
+    assert_eq!(p["spec"]["volumes"][0]["projected"]["sources"][1]["configMap"]["name"], "kube-root-ca.crt");
+    for c in ["initContainers", "containers"] {
+        assert_eq!(p["spec"][c][0]["volumeMounts"], json!([{"name": volume, "readOnly": true, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}]), "{c}");
+    }
+
+    let (code, body) = router.post(pods, &json!({"metadata": {"name": "lost"}, "spec": {"serviceAccountName": "robot", "containers": [{"name": "c", "image": "nginx"}]}})).await;
+    assert_eq!((code, body["reason"].as_str()), (403, Some("Forbidden")));
+    assert_eq!(body["message"], "pods \"lost\" is forbidden: error looking up service account robots/robot: serviceaccount \"robot\" not found");
+
+    let robot = json!({"metadata": {"name": "robot"}, "automountServiceAccountToken": false, "imagePullSecrets": [{"name": "registry"}]});
+    assert_eq!(router.post("/api/v1/namespaces/robots/serviceaccounts", &robot).await.0, 201);
+    let (code, p) = router.post(pods, &json!({"metadata": {"name": "quiet"}, "spec": {"serviceAccountName": "robot", "containers": [{"name": "c", "image": "nginx"}]}})).await;
+    assert_eq!(code, 201, "{p}");
+    assert!(p["spec"].get("volumes").is_none() && p["spec"]["containers"][0].get("volumeMounts").is_none_or(|m| m == &json!([])), "the account opted out: {p}");
+    assert_eq!(p["spec"]["imagePullSecrets"], json!([{"name": "registry"}]));
+
+    // A deleted default account is created again (a new object).
+    let old_uid = account["metadata"]["uid"].clone();
+    let (code, _) = router.send("DELETE", "/api/v1/namespaces/robots/serviceaccounts/default", "application/json", "").await;
+    assert_eq!(code, 200);
+    wait_for(Duration::from_secs(10), || async {
+        let (code, again) = router.get("/api/v1/namespaces/robots/serviceaccounts/default").await;
+        code == 200 && again["metadata"]["uid"] != old_uid
+    })
+    .await;
+}
