@@ -519,6 +519,12 @@ IMMUTABLE_CASES = {
         ("spec.driver", "b.example.com"),
         [("FieldValueInvalid", "spec.driver", 'Invalid value: "b.example.com": field is immutable')],
     ),
+    "service cluster IP": (
+        "/api/v1/namespaces/{ns}/services",
+        {"metadata": {"name": "svc"}, "spec": {"clusterIP": "10.96.100.10", "clusterIPs": ["10.96.100.10"], "ports": [{"port": 80}]}},
+        ("spec.clusterIPs", ["10.96.100.11"]),
+        [("FieldValueInvalid", "spec.clusterIPs[0]", 'Invalid value: []string{"10.96.100.11"}: may not change once set')],
+    ),
     "quota scopes": (
         "/api/v1/namespaces/{ns}/resourcequotas",
         {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "5"}, "scopes": ["BestEffort"]}},

@@ -128,9 +128,16 @@ async fn probe(shard: &Shard, name: &str) -> Probed {
     let Some(client) = PROBE_CLIENT.as_ref() else { return unknown("no HTTPS client".into()) };
     match client.get(*url).send().await {
         Err(e) => Probed { status: "False", message: request_error(url, &e), error: String::new() },
-        Ok(answer) => {
+        Ok(mut answer) => {
             let code = answer.status();
-            let mut body = answer.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
+            // Read no more than the message keeps.
+            let mut body = Vec::new();
+            while body.len() < MAX_BODY {
+                match answer.chunk().await {
+                    Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                    _ => break,
+                }
+            }
             body.truncate(MAX_BODY);
             http_outcome(code.as_u16(), &String::from_utf8_lossy(&body))
         }

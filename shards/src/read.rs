@@ -42,20 +42,15 @@ pub fn filter(shard: &Shard, t: &Target, o: &ListOptions) -> Filter {
 pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str, view: View) -> Reply {
     let ns = t.namespace.as_deref().unwrap_or("");
     shard.owned_key(&t.info, ns, name)?;
-    let served = shard.served(&t.info)?;
-    let cache = &served.cache;
-    match form_value(query, "resourceVersion").as_deref() {
+    let served = match form_value(query, "resourceVersion").as_deref() {
         None | Some("") => {
             let rev = shard.store(&t.info).current_revision().await.map_err(storage_err)?;
-            cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
+            shard.synced(&t.info, rev, WAIT).await?
         }
-        Some("0") => {}
-        Some(v) => {
-            let rv = shardplane_apimachinery::list_options::parse_rv(v)?;
-            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
-        }
-    }
-    match cache.get(ns, name) {
+        Some("0") => shard.served(&t.info)?,
+        Some(v) => shard.synced(&t.info, shardplane_apimachinery::list_options::parse_rv(v)?, WAIT).await?,
+    };
+    match served.cache.get(ns, name) {
         Some(o) => render::render(&view, &t.info, &[o.clone()], json!({"resourceVersion": o.rv.to_string()}), true),
         None => Err(ApiError::not_found(&t.info.group, &t.info.plural, name)),
     }
@@ -63,25 +58,17 @@ pub async fn get(shard: &Shard, t: &Target, name: &str, query: &str, view: View)
 
 /// LIST from the cache with upstream's resourceVersion, paging and selector rules.
 pub async fn list(shard: &Shard, t: &Target, o: &ListOptions, view: View) -> Reply {
-    let served = shard.served(&t.info)?;
-    let cache = &served.cache;
     let sem = o.list_semantics();
-    let at = match sem {
+    let (served, at) = match sem {
         ListSemantics::MostRecent => {
             let rev = shard.store(&t.info).current_revision().await.map_err(storage_err)?;
-            cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
-            None
+            (shard.synced(&t.info, rev, WAIT).await?, None)
         }
-        ListSemantics::Any => None,
-        ListSemantics::NotOlderThan(rv) => {
-            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
-            None
-        }
-        ListSemantics::Exact(rv) => {
-            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
-            Some(rv)
-        }
+        ListSemantics::Any => (shard.served(&t.info)?, None),
+        ListSemantics::NotOlderThan(rv) => (shard.synced(&t.info, rv, WAIT).await?, None),
+        ListSemantics::Exact(rv) => (shard.synced(&t.info, rv, WAIT).await?, Some(rv)),
     };
+    let cache = &served.cache;
     let after = o.continue_token.as_ref().map(|c| shardplane_watchcache::cache_key(&c.after.0, &c.after.1));
     let f = filter(shard, t, o);
     let continuing = o.continue_token.is_some();

@@ -365,6 +365,33 @@ impl Shard {
         self.table.read().unwrap_or_else(|p| p.into_inner()).by_resource.get(&(info.storage_group().to_owned(), info.plural.clone())).cloned().ok_or_else(ApiError::path_not_found)
     }
 
+    /// The served cache of `info` once it has synced to `rv`, waiting at most `wait`: 504 (too
+    /// large a resourceVersion) if it has not by then. A cache that ends while it is awaited
+    /// (its CustomResourceDefinition changed and a new cache replaced it) is left for the one
+    /// that replaced it, which is waited for in the time that is left.
+    pub async fn synced(&self, info: &ResourceInfo, rv: u64, wait: Duration) -> Result<Arc<Served>, ApiError> {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut ended: Option<Arc<Served>> = None;
+        loop {
+            let served = self.served(info)?;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let waited = async { served.cache.wait_synced(rv, left).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur)) };
+            // The same ended cache again (nothing replaced it: the shard is stopping): waited
+            // for without looking for another.
+            if ended.as_ref().is_some_and(|e| Arc::ptr_eq(e, &served)) {
+                waited.await?;
+                return Ok(served);
+            }
+            tokio::select! {
+                r = waited => {
+                    r?;
+                    return Ok(served);
+                }
+                _ = served.stop.cancelled() => ended = Some(served.clone()),
+            }
+        }
+    }
+
     /// Whether every cache has loaded.
     pub fn ready(&self) -> bool {
         self.all_served().iter().all(|s| s.cache.ready())

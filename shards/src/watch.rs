@@ -38,7 +38,7 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
 /// resourceVersion is accepted, failures are ERROR events, as upstream.
 pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> Result<Response<Body>, ApiError> {
     let info = t.info.clone();
-    let cache = shard.served(&info)?.cache.clone();
+    let mut cache = shard.served(&info)?.cache.clone();
     let f = filter(&shard, &t, &o);
     let start = o.watch_start();
     let (tx, rx) = mpsc::channel::<Bytes>(CONNECTION_BUFFER);
@@ -49,7 +49,7 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
             WatchStart::AnyWithState => None,
         };
         if let Some(rv) = wait_for {
-            cache.wait_synced(rv, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur))?;
+            cache = shard.synced(&info, rv, WAIT).await?.cache.clone();
         }
         let after = match start {
             WatchStart::After(rv) => Some(rv),

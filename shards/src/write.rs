@@ -493,10 +493,9 @@ pub async fn delete_collection(c: Call<'_>) -> Reply {
     let Call { shard, target: t, query, .. } = c;
     dry_run(query, "DeleteOptions")?;
     let o = ListOptions::parse(query, &t.info)?;
-    let served = shard.served(&t.info)?;
-    let cache = &served.cache;
     let rev = shard.store(&t.info).current_revision().await.map_err(storage_err)?;
-    cache.wait_synced(rev, WAIT).await.map_err(|cur| ApiError::too_large_resource_version(rev, cur))?;
+    let served = shard.synced(&t.info, rev, WAIT).await?;
+    let cache = &served.cache;
     let page = cache.list(None, &filter(shard, t, &o), None, None, false).map_err(|e| cache_err(e, false))?;
     let mut deleted = Vec::new();
     for item in &page.items {

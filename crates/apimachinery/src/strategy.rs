@@ -86,6 +86,23 @@ fn stamp_conditions(status: &mut Value) {
     }
 }
 
+/// A Service update that leaves out its cluster IPs keeps them (upstream's `patchAllocatedValues`:
+/// a client that does not know its addresses must not release them), unless either side is an
+/// ExternalName Service, which has none.
+fn keep_cluster_ips(old: &Value, new: &mut Value) {
+    let external = |v: &Value| v.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName");
+    if external(old) || external(new) {
+        return;
+    }
+    let Some(spec) = new.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    for field in ["clusterIP", "clusterIPs"] {
+        let unset = spec.get(field).is_none_or(|v| v.is_null() || v.as_str() == Some("") || v.as_array().is_some_and(|a| a.is_empty()));
+        if unset && let Some(kept) = old.pointer(&format!("/spec/{field}")) {
+            spec.insert(field.into(), kept.clone());
+        }
+    }
+}
+
 /// Carries server-owned fields from `old` into `new` and applies the subresource rules.
 pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub: Subresource) {
     crate::defaults::set_defaults(info, new);
@@ -104,6 +121,9 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
         }
         meta.remove("resourceVersion");
         meta.remove("selfLink");
+    }
+    if info.plural == "services" && info.group.is_empty() && sub == Subresource::Main {
+        keep_cluster_ips(old, new);
     }
     if info.plural == "pods" && info.group.is_empty() {
         crate::admission::keep_pod_priority(old, new);

@@ -277,6 +277,25 @@ async fn a_default_added_to_the_crd_shows_on_objects_already_stored() {
     assert!(raw["spec"].get("tier").is_none(), "{raw}");
 }
 
+/// A read that arrives while a CRD change replaces its resource's cache waits for the new cache
+/// instead of timing out on the old one, which no longer advances: every GET and LIST right
+/// after a CRD change is answered (a 504 here was the old cache's).
+#[tokio::test]
+async fn reads_right_after_a_crd_change_are_answered_by_the_new_cache() {
+    let (_etcd, s, crd_path, base) = with_agent_sessions().await;
+    assert_eq!(s.post(&base, &session("read", json!({"agent": "a"}))).await.0, 201);
+    for round in 0..12 {
+        let (_, mut crd) = s.get(&crd_path).await;
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][format!("field{round}")] = json!({"type": "string"});
+        let (code, body) = s.put(&crd_path, &crd).await;
+        assert_eq!(code, 200, "{body}");
+        let (code, got) = s.get(&format!("{base}/read")).await;
+        assert_eq!(code, 200, "round {round}: {got}");
+        let (code, listed) = s.get(&base).await;
+        assert_eq!(code, 200, "round {round}: {listed}");
+    }
+}
+
 /// Several served versions under conversion `None`: an object written through any of them is
 /// stored in the storage version and every read, list and watch answers in the version asked.
 #[tokio::test]

@@ -56,7 +56,8 @@ pub fn go_string_map(v: Option<&Value>) -> String {
     }
 }
 
-fn go_strings(v: Option<&Value>) -> String {
+/// Go's `%#v` of a `[]string`.
+pub fn go_strings(v: Option<&Value>) -> String {
     match v.and_then(Value::as_array) {
         None => "[]string(nil)".into(),
         Some(a) => format!("[]string{{{}}}", a.iter().map(|s| format!("{:?}", s.as_str().unwrap_or(""))).collect::<Vec<_>>().join(", ")),

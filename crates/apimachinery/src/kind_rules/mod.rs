@@ -106,6 +106,7 @@ pub fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<Sta
         ("", "persistentvolumes") => volumes::validate_volume_update(old, new),
         ("", "resourcequotas") => nodes::validate_quota_update(old, new),
         ("", "namespaces") => nodes::validate_namespace_update(new),
+        ("", "services") => services::validate_update(old, new),
         ("storage.k8s.io", "storageclasses") => cluster::validate_storage_class_update(old, new),
         ("networking.k8s.io", "ingressclasses") => cluster::immutable_string("spec.controller", "/spec/controller", old, new),
         ("node.k8s.io", "runtimeclasses") => cluster::immutable_string("handler", "/handler", old, new),

@@ -1,7 +1,8 @@
-//! Services: their type, ports (numbers, names, protocols) and what each type requires, as
-//! upstream's `ValidateService` words it.
+//! Services: their type, ports (numbers, names, protocols) and what each type requires, and on
+//! an update their cluster IPs, as upstream's `ValidateService` and `ValidateServiceUpdate` word
+//! them.
 
-use super::errors::{duplicate, not_supported, port_number, required};
+use super::errors::{duplicate, go_strings, invalid_shown, not_supported, port_number, required};
 use crate::status::StatusCause;
 use serde_json::Value;
 use std::collections::HashSet;
@@ -51,4 +52,51 @@ pub(super) fn validate(obj: &Value) -> Vec<StatusCause> {
         }
     }
     causes
+}
+
+/// A Service's cluster IPs: `clusterIPs`, or the one `clusterIP` where that list is absent.
+fn cluster_ips(obj: &Value) -> Vec<Value> {
+    match obj.pointer("/spec/clusterIPs").and_then(Value::as_array) {
+        Some(ips) => ips.clone(),
+        None => obj.pointer("/spec/clusterIP").filter(|ip| ip.as_str().is_some_and(|s| !s.is_empty())).cloned().into_iter().collect(),
+    }
+}
+
+/// An update may add a secondary cluster IP or release one, never change the primary (unless
+/// the Service is or becomes an ExternalName one, or stays headless).
+pub(super) fn validate_update(old: &Value, new: &Value) -> Vec<StatusCause> {
+    let ty = |v: &Value| v.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_owned();
+    let headless = |v: &Value| v.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None");
+    if ty(old) == "ExternalName" || ty(new) == "ExternalName" || (headless(old) && headless(new)) {
+        return Vec::new();
+    }
+    let (was, is) = (cluster_ips(old), cluster_ips(new));
+    let shown = go_strings(Some(&Value::Array(is.clone())));
+    let changed = |i: usize| invalid_shown(&format!("spec.clusterIPs[{i}]"), &shown, "may not change once set");
+    let mut causes = Vec::new();
+    match was.len().cmp(&is.len()) {
+        std::cmp::Ordering::Equal => causes.extend((0..was.len()).filter(|&i| was[i] != is[i]).map(changed)),
+        std::cmp::Ordering::Greater if is.is_empty() => causes.push(invalid_shown("spec.clusterIPs[0]", &shown, "primary clusterIP can not be unset")),
+        _ if !was.is_empty() && !is.is_empty() && was[0] != is[0] => causes.push(changed(0)),
+        _ => {}
+    }
+    causes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::errors::fields;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_primary_cluster_ip_may_not_change() {
+        let svc = |ips: Value| json!({"spec": {"type": "ClusterIP", "clusterIPs": ips}});
+        let causes = validate_update(&svc(json!(["10.0.0.1"])), &svc(json!(["10.0.0.2"])));
+        assert_eq!(causes[0].message, "Invalid value: []string{\"10.0.0.2\"}: may not change once set");
+        assert!(validate_update(&svc(json!(["10.0.0.1"])), &svc(json!(["10.0.0.1", "fd00::1"]))).is_empty(), "a secondary may be added");
+        assert_eq!(fields(&validate_update(&svc(json!(["10.0.0.1"])), &svc(json!([])))), ["spec.clusterIPs[0]"]);
+        let external = json!({"spec": {"type": "ExternalName", "externalName": "example.com"}});
+        assert!(validate_update(&svc(json!(["10.0.0.1"])), &external).is_empty());
+    }
 }
