@@ -16,7 +16,7 @@ pub fn build_router() -> PathBuf {
     if !cfg!(debug_assertions) {
         args.push("--release");
     }
-    let status = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())).args(&args).current_dir(workspace_root()).status().expect("cargo");
+    let status = shardplane_testkit::nested_cargo().args(&args).current_dir(workspace_root()).status().expect("cargo");
     assert!(status.success(), "building shard-router failed");
     std::env::current_exe().expect("own path").with_file_name("shard-router")
 }

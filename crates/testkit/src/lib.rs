@@ -279,6 +279,21 @@ pub fn configmap(name: &str, labels: Value) -> Value {
     serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": labels}, "data": {"k": name}})
 }
 
+/// `cargo`, to run from inside a test or benchmark, without the variables cargo set for that
+/// binary's own package (`CARGO_PKG_NAME`, `CARGO_MANIFEST_DIR`, …). Some build scripts (ring's)
+/// rerun when those change, so a nested build that inherited them rebuilt those crates, and the
+/// next ordinary build rebuilt them again.
+pub fn nested_cargo() -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    for (key, _) in std::env::vars_os() {
+        let Some(k) = key.to_str() else { continue };
+        if k.starts_with("CARGO_PKG_") || k.starts_with("CARGO_MANIFEST_") || matches!(k, "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "CARGO_BIN_NAME" | "OUT_DIR") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
 /// The path of a workspace binary (`shard-server`, `shard-router`, `shardctl`) built in the
 /// profile the running test was, built first if it is not up to date: tests outside the
 /// binary's own package have no `CARGO_BIN_EXE_*` for it.
@@ -289,8 +304,7 @@ pub fn workspace_binary(name: &str) -> std::path::PathBuf {
     let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps");
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
     if !built.iter().any(|b| b == name) {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = std::process::Command::new(cargo);
+        let mut cmd = nested_cargo();
         // From the workspace root, where every package's binaries are in reach.
         cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).args(["build", "-q", "--bin", name]);
         if dir.file_name().is_some_and(|p| p == "release") {
