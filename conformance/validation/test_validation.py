@@ -3,11 +3,12 @@
 
 - Every served kind that can be created refuses an invalid name, with the message of the name
   rule upstream's validation uses for that kind.
-- Per-kind rules: pod specs (containers, names, images, ports, probes, resources, policies), Services, workloads'
-  selectors, templates and counts, RBAC bindings, leases, autoscalers, events.k8s.io's strict
+- Per-kind rules: pod specs (containers, names, images, ports, probes, resources, mounts, security contexts,
+  affinity, policies), Services (ports, families, traffic policies), workloads' selectors, templates and counts, RBAC bindings, leases, autoscalers, events.k8s.io's strict
   rules, ConfigMap keys, priority, storage, ingress and runtime classes, volumes, claims and
   disruption budgets, nodes, namespaces, endpoints, quotas, network policies, ingresses, certificate requests, Dynamic
-  Resource Allocation's claims, templates, slices and classes.
+  Resource Allocation's claims, templates, slices and classes, RBAC roles, the CSI kinds, volume attachments, flow
+  schemas and priority levels, service CIDRs, IP addresses, limit ranges and controller revisions.
 - Immutable fields: an update that changes one is refused with upstream's cause.
 
 Where upstream's message quotes a whole Go struct (a Job's template), the check is on reason and
@@ -34,6 +35,7 @@ NAME_RULES = {
     ("rbac.authorization.k8s.io", "clusterroles"): "may not contain '%'",
     ("rbac.authorization.k8s.io", "rolebindings"): "may not contain '%'",
     ("rbac.authorization.k8s.io", "clusterrolebindings"): "may not contain '%'",
+    ("networking.k8s.io", "ipaddresses"): "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
 }
 # Kinds the name check leaves out, and why.
 NAME_SKIP = {
@@ -41,7 +43,6 @@ NAME_SKIP = {
     ("", "events"): "core events' names are checked as path segments only",
     ("events.k8s.io", "events"): "checked with events.k8s.io's own rules below",
     ("certificates.k8s.io", "certificatesigningrequests"): "upstream accepts any name for a CSR",
-    ("networking.k8s.io", "ipaddresses"): "an IPAddress's name is an address, checked by its own rule",
     ("apiextensions.k8s.io", "customresourcedefinitions"): "a CRD's name must be <plural>.<group>: its own suite",
 }
 
@@ -364,6 +365,229 @@ CREATE_CASES = {
         {"metadata": {"name": "dc-{suffix}"}, "spec": {"selectors": [{}]}},
         [("FieldValueRequired", "spec.selectors[0].cel", "Required value")],
     ),
+    "role rule without verbs": (
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        {"metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"]}]},
+        [("FieldValueRequired", "rules[0].verbs", "Required value: verbs must contain at least one value")],
+    ),
+    "role rule on non-resource URLs": (
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        {"metadata": {"name": "r"}, "rules": [{"verbs": ["get"], "nonResourceURLs": ["/healthz"]}]},
+        [("FieldValueInvalid", "rules[0].nonResourceURLs", 'Invalid value: []string{"/healthz"}: namespaced rules cannot apply to non-resource URLs')],
+    ),
+    "cluster role rule without an api group": (
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        {"metadata": {"name": "cr-{suffix}"}, "rules": [{"verbs": ["get"], "resources": ["pods"]}]},
+        [("FieldValueRequired", "rules[0].apiGroups", "Required value: resource rules must supply at least one api group")],
+    ),
+    "cluster role aggregation without selectors": (
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+        {"metadata": {"name": "cr-{suffix}"}, "aggregationRule": {"clusterRoleSelectors": []}},
+        [("FieldValueRequired", "aggregationRule.clusterRoleSelectors", "Required value: at least one clusterRoleSelector required if aggregationRule is non-nil")],
+    ),
+    "csi driver lifecycle mode": (
+        "/apis/storage.k8s.io/v1/csidrivers",
+        {"metadata": {"name": "d{suffix}.example.com"}, "spec": {"volumeLifecycleModes": ["Forever"]}},
+        [("FieldValueNotSupported", "spec.volumeLifecycleModes", 'Unsupported value: "Forever": supported values: "Persistent", "Ephemeral"')],
+    ),
+    "csi driver token expiry": (
+        "/apis/storage.k8s.io/v1/csidrivers",
+        {"metadata": {"name": "d{suffix}.example.com"}, "spec": {"tokenRequests": [{"audience": "a", "expirationSeconds": 60}]}},
+        [("FieldValueInvalid", "spec.tokenRequests[0].expirationSeconds", "Invalid value: 60: may not specify a duration less than 10 minutes")],
+    ),
+    "csi node driver without a node ID": (
+        "/apis/storage.k8s.io/v1/csinodes",
+        {"metadata": {"name": "node-{suffix}"}, "spec": {"drivers": [{"name": "csi.example.com", "nodeID": ""}]}},
+        [("FieldValueRequired", "spec.drivers[0].nodeID", "Required value")],
+    ),
+    "csi node driver listed twice": (
+        "/apis/storage.k8s.io/v1/csinodes",
+        {"metadata": {"name": "node-{suffix}"}, "spec": {"drivers": [{"name": "csi.example.com", "nodeID": "a"}, {"name": "csi.example.com", "nodeID": "b"}]}},
+        [("FieldValueDuplicate", "spec.drivers[1].name", 'Duplicate value: "csi.example.com"')],
+    ),
+    "csi storage capacity class name": (
+        "/apis/storage.k8s.io/v1/namespaces/{ns}/csistoragecapacities",
+        {"metadata": {"name": "cap"}, "storageClassName": "Fast_Disks"},
+        [("FieldValueInvalid", "storageClassName", f'Invalid value: "Fast_Disks": {SUBDOMAIN}')],
+    ),
+    "csi storage capacity topology operator": (
+        "/apis/storage.k8s.io/v1/namespaces/{ns}/csistoragecapacities",
+        {"metadata": {"name": "cap"}, "storageClassName": "fast", "nodeTopology": {"matchExpressions": [{"key": "zone", "operator": "In"}]}},
+        [("FieldValueRequired", "nodeTopology.matchExpressions[0].values", "Required value: must be specified when `operator` is 'In' or 'NotIn'")],
+    ),
+    "volume attachment without a source": (
+        "/apis/storage.k8s.io/v1/volumeattachments",
+        {"metadata": {"name": "va-{suffix}"}, "spec": {"attacher": "csi.example.com", "nodeName": "node-1", "source": {}}},
+        [("FieldValueRequired", "spec.source", "Required value: must specify exactly one of inlineVolumeSpec and persistentVolumeName")],
+    ),
+    "volume attachment attacher": (
+        "/apis/storage.k8s.io/v1/volumeattachments",
+        {"metadata": {"name": "va-{suffix}"}, "spec": {"attacher": "Bad_Attacher", "nodeName": "node-1", "source": {"persistentVolumeName": "pv"}}},
+        [("FieldValueInvalid", "spec.attacher", f'Invalid value: "Bad_Attacher": {SUBDOMAIN}')],
+    ),
+    "flow schema precedence 1": (
+        "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+        {"metadata": {"name": "fs-{suffix}"}, "spec": {"matchingPrecedence": 1, "priorityLevelConfiguration": {"name": "global-default"}}},
+        [("FieldValueInvalid", "spec.matchingPrecedence", "Invalid value: 1: only the schema named 'exempt' may have matchingPrecedence 1")],
+    ),
+    "flow schema verb": (
+        "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas",
+        {"metadata": {"name": "fs-{suffix}"}, "spec": {"priorityLevelConfiguration": {"name": "global-default"}, "rules": [
+            {"subjects": [{"kind": "Group", "group": {"name": "g"}}], "resourceRules": [{"verbs": ["fly"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": True}]}]}},
+        [("FieldValueNotSupported", "spec.rules[0].resourceRules[0].verbs",
+          'Unsupported value: []string{"fly"}: supported values: "create", "delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"')],
+    ),
+    "priority level hand size": (
+        "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations",
+        {"metadata": {"name": "pl-{suffix}"}, "spec": {"type": "Limited", "limited": {"limitResponse": {"type": "Queue", "queuing": {"queues": 4, "handSize": 5}}}}},
+        [("FieldValueInvalid", "spec.limited.limitResponse.queuing.handSize", "Invalid value: 5: should not be greater than queues (4)")],
+    ),
+    "priority level exempt type": (
+        "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations",
+        {"metadata": {"name": "pl-{suffix}"}, "spec": {"type": "Exempt"}},
+        [("FieldValueInvalid", "spec.type", "Invalid value: \"Exempt\": type must be 'Exempt' if and only if name is 'exempt'")],
+    ),
+    "service CIDRs of one family": (
+        "/apis/networking.k8s.io/v1/servicecidrs",
+        {"metadata": {"name": "sc-{suffix}"}, "spec": {"cidrs": ["10.200.0.0/16", "10.201.0.0/16"]}},
+        [("FieldValueInvalid", "spec.cidrs",
+          'Invalid value: networking.ServiceCIDRSpec{CIDRs:[]string{"10.200.0.0/16", "10.201.0.0/16"}}: may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64')],
+    ),
+    "service CIDR that is not one": (
+        "/apis/networking.k8s.io/v1/servicecidrs",
+        {"metadata": {"name": "sc-{suffix}"}, "spec": {"cidrs": ["10.200.0.0/33"]}},
+        [("FieldValueInvalid", "spec.cidrs[0]", 'Invalid value: "10.200.0.0/33": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)')],
+    ),
+    "IP address without a parent": (
+        "/apis/networking.k8s.io/v1/ipaddresses",
+        {"metadata": {"name": "192.168.250.{n}"}, "spec": {}},
+        [("FieldValueRequired", "spec.parentRef", "Required value")],
+    ),
+    "limit range type": (
+        "/api/v1/namespaces/{ns}/limitranges",
+        {"metadata": {"name": "lr"}, "spec": {"limits": [{"type": "Node", "max": {"cpu": "1"}}]}},
+        [("FieldValueInvalid", "spec.limits[0].type", 'Invalid value: "Node": must be a standard limit type or fully qualified')],
+    ),
+    "limit range min above max": (
+        "/api/v1/namespaces/{ns}/limitranges",
+        {"metadata": {"name": "lr"}, "spec": {"limits": [{"type": "Container", "min": {"cpu": "2"}, "max": {"cpu": "1"}}]}},
+        [("FieldValueInvalid", "spec.limits[0].min[cpu]", ": min value 2 is greater than max value 1")],
+    ),
+    "limit range pod defaults": (
+        "/api/v1/namespaces/{ns}/limitranges",
+        {"metadata": {"name": "lr"}, "spec": {"limits": [{"type": "Pod", "default": {"cpu": "1"}}]}},
+        [("FieldValueForbidden", "spec.limits[0].default", "Forbidden: may not be specified when `type` is 'Pod'")],
+    ),
+    "controller revision without data": (
+        "/apis/apps/v1/namespaces/{ns}/controllerrevisions",
+        {"metadata": {"name": "cr"}, "revision": 1},
+        [("FieldValueRequired", "data", "Required value: data is mandatory")],
+    ),
+    "controller revision number": (
+        "/apis/apps/v1/namespaces/{ns}/controllerrevisions",
+        {"metadata": {"name": "cr"}, "data": {"spec": {}}, "revision": -1},
+        [("FieldValueInvalid", "revision", "Invalid value: -1: must be greater than or equal to 0")],
+    ),
+    "pod template without containers": (
+        "/api/v1/namespaces/{ns}/podtemplates",
+        {"metadata": {"name": "pt"}, "template": {"spec": {"containers": []}}},
+        [("FieldValueRequired", "template.spec.containers", "Required value")],
+    ),
+    "replication controller selector that does not match": (
+        "/api/v1/namespaces/{ns}/replicationcontrollers",
+        {"metadata": {"name": "rc"}, "spec": {"selector": {"app": "x"}, "template": {"metadata": {"labels": {"app": "rc"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}},
+        [("FieldValueInvalid", "spec.template.metadata.labels", 'Invalid value: map[string]string{"app":"rc"}: `selector` does not match template `labels`')],
+    ),
+    "replica set without selector": (
+        "/apis/apps/v1/namespaces/{ns}/replicasets",
+        {"metadata": {"name": "rs"}, "spec": {"template": {"metadata": {"labels": {"app": "rs"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}},
+        [("FieldValueRequired", "spec.selector", "Required value")],
+    ),
+    "stateful set negative replicas": (
+        "/apis/apps/v1/namespaces/{ns}/statefulsets",
+        {"metadata": {"name": "ss"}, "spec": {"replicas": -2, "selector": {"matchLabels": {"app": "ss"}}, "template": {"metadata": {"labels": {"app": "ss"}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}},
+        [("FieldValueInvalid", "spec.replicas", "Invalid value: -2: must be greater than or equal to 0")],
+    ),
+    "daemon set template restart policy": (
+        "/apis/apps/v1/namespaces/{ns}/daemonsets",
+        {"metadata": {"name": "ds"}, "spec": {"selector": {"matchLabels": {"app": "ds"}}, "template": {"metadata": {"labels": {"app": "ds"}}, "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "nginx"}]}}}},
+        [("FieldValueNotSupported", "spec.template.spec.restartPolicy", 'Unsupported value: "Never": supported values: "Always"')],
+    ),
+    "endpoint slice address of another family": (
+        "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+        {"metadata": {"name": "es"}, "addressType": "IPv4", "endpoints": [{"addresses": ["fd00::1"]}]},
+        [("FieldValueInvalid", "endpoints[0].addresses[0]", 'Invalid value: "fd00::1": must be a valid IPv4 address')],
+    ),
+    "endpoint slice port protocol": (
+        "/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+        {"metadata": {"name": "es"}, "addressType": "IPv4", "ports": [{"name": "http", "protocol": "HTTP", "port": 80}]},
+        [("FieldValueNotSupported", "ports[0].protocol", 'Unsupported value: "HTTP": supported values: "SCTP", "TCP", "UDP"')],
+    ),
+    "node taint listed twice": (
+        "/api/v1/nodes",
+        {"metadata": {"name": "node-{suffix}"}, "spec": {"taints": [{"key": "a", "effect": "NoSchedule"}, {"key": "a", "effect": "NoSchedule"}]}},
+        [("FieldValueDuplicate", "spec.taints[1]", 'Duplicate value: core.Taint{Key:"a", Value:"", Effect:"NoSchedule", TimeAdded:(*v1.Time)(nil)}: taints must be unique by key and effect pair')],
+    ),
+    "secret key": (
+        "/api/v1/namespaces/{ns}/secrets",
+        {"metadata": {"name": "s"}, "data": {"a b": "eA=="}},
+        [("FieldValueInvalid", "data[a b]", "Invalid value: \"a b\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')")],
+    ),
+    "service IP family policy": (
+        "/api/v1/namespaces/{ns}/services",
+        {"metadata": {"name": "svc"}, "spec": {"ipFamilyPolicy": "Sometimes", "ports": [{"port": 80}]}},
+        [("FieldValueNotSupported", "spec.ipFamilyPolicy", 'Unsupported value: "Sometimes": supported values: "PreferDualStack", "RequireDualStack", "SingleStack"')],
+    ),
+    "service node port on a cluster IP service": (
+        "/api/v1/namespaces/{ns}/services",
+        {"metadata": {"name": "svc"}, "spec": {"type": "ClusterIP", "ports": [{"port": 80, "nodePort": 30080}]}},
+        [("FieldValueForbidden", "spec.ports[0].nodePort", "Forbidden: may not be used when `type` is 'ClusterIP'")],
+    ),
+    "quota resource name": (
+        "/api/v1/namespaces/{ns}/resourcequotas",
+        {"metadata": {"name": "q"}, "spec": {"hard": {"gpus": "2"}}},
+        [("FieldValueInvalid", "spec.hard[gpus]", 'Invalid value: "gpus": must be a standard resource for quota')],
+    ),
+    "pod run-as user": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(securityContext={"runAsUser": -1}),
+        [("FieldValueInvalid", "spec.securityContext.runAsUser", "Invalid value: -1: must be between 0 and 2147483647, inclusive")],
+    ),
+    "pod node affinity without terms": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []}}}),
+        [("FieldValueRequired", "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", "Required value: must have at least one node selector term")],
+    ),
+    "pod anti-affinity without a topology key": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(affinity={"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "x"}}}}]}}),
+        [("FieldValueRequired", "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.topologyKey", "Required value: can not be empty")],
+    ),
+    "ingress wildcard host": (
+        "/apis/networking.k8s.io/v1/namespaces/{ns}/ingresses",
+        {"metadata": {"name": "ing"}, "spec": {"rules": [{"host": "foo.*.example.com"}]}},
+        [("FieldValueInvalid", "spec.rules[0].host", "Invalid value: \"foo.*.example.com\": a wildcard DNS-1123 subdomain must start with '*.', followed by a valid DNS subdomain, which must consist of lower case alphanumeric characters, '-' or '.' and end with an alphanumeric character (e.g. '*.example.com', regex used for validation is '\\*\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")],
+    ),
+    "pod container port name": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(containers=[{"name": "c", "image": "nginx", "ports": [{"containerPort": 80, "name": "HTTP"}]}]),
+        [("FieldValueInvalid", "spec.containers[0].ports[0].name", 'Invalid value: "HTTP": must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)')],
+    ),
+    "pod container resource name": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(containers=[{"name": "c", "image": "nginx", "resources": {"limits": {"gpu": "1"}}}]),
+        [("FieldValueInvalid", "spec.containers[0].resources.limits[gpu]", 'Invalid value: "gpu": must be a standard resource for containers')],
+    ),
+    "service target port name": (
+        "/api/v1/namespaces/{ns}/services",
+        {"metadata": {"name": "svc"}, "spec": {"ports": [{"port": 80, "targetPort": "web--port"}]}},
+        [("FieldValueInvalid", "spec.ports[0].targetPort", 'Invalid value: intstr.IntOrString{Type:1, IntVal:0, StrVal:"web--port"}: must not contain consecutive hyphens')],
+    ),
+    "pod mount of a volume it does not have": (
+        "/api/v1/namespaces/{ns}/pods",
+        pod(containers=[{"name": "c", "image": "nginx", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]),
+        [("FieldValueNotFound", "spec.containers[0].volumeMounts[0].name", 'Not found: "data"')],
+    ),
     "priority class above the user maximum": (
         "/apis/scheduling.k8s.io/v1/priorityclasses",
         {"metadata": {"name": "too-high-{suffix}"}, "value": 2000000000},
@@ -374,7 +598,8 @@ CREATE_CASES = {
 
 def fill(value, ns, suffix):
     if isinstance(value, str):
-        return value.replace("{ns}", ns).replace("{suffix}", suffix)
+        # {n}: a number from the suffix, for names that are addresses.
+        return value.replace("{ns}", ns).replace("{suffix}", suffix).replace("{n}", str(int(suffix, 16) % 250 + 1))
     if isinstance(value, list):
         return [fill(v, ns, suffix) for v in value]
     if isinstance(value, dict):
@@ -432,7 +657,7 @@ IMMUTABLE_CASES = {
         "/apis/apps/v1/namespaces/{ns}/deployments",
         deployment("d"),
         ("spec.selector", {"matchLabels": {"app": "d", "tier": "x"}}),
-        [("FieldValueInvalid", "spec.selector", 'Invalid value: &v1.LabelSelector{MatchLabels:map[string]string{"app":"d", "tier":"x"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable')],
+        [("FieldValueInvalid", "spec.selector", 'Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"d", "tier":"x"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable')],
     ),
     "statefulset service name": (
         "/apis/apps/v1/namespaces/{ns}/statefulsets",
@@ -530,6 +755,85 @@ IMMUTABLE_CASES = {
         {"metadata": {"name": "q"}, "spec": {"hard": {"pods": "5"}, "scopes": ["BestEffort"]}},
         ("spec.scopes", ["NotBestEffort"]),
         [("FieldValueInvalid", "spec.scopes", 'Invalid value: []core.ResourceQuotaScope{"NotBestEffort"}: field is immutable')],
+    ),
+    "csi driver attach required": (
+        "/apis/storage.k8s.io/v1/csidrivers",
+        {"metadata": {"name": "d{suffix}.example.com"}, "spec": {"attachRequired": True}},
+        ("spec.attachRequired", False),
+        [("FieldValueInvalid", "spec.attachedRequired", "Invalid value: false: field is immutable")],
+    ),
+    "csi node driver": (
+        "/apis/storage.k8s.io/v1/csinodes",
+        {"metadata": {"name": "node-{suffix}"}, "spec": {"drivers": [{"name": "csi.example.com", "nodeID": "a"}]}},
+        ("spec.drivers.0.nodeID", "b"),
+        [("FieldValueInvalid", "spec.drivers",
+          'Invalid value: storage.CSINodeDriver{Name:"csi.example.com", NodeID:"b", TopologyKeys:[]string(nil), Allocatable:(*storage.VolumeNodeResources)(nil)}: field is immutable')],
+    ),
+    "csi storage capacity class": (
+        "/apis/storage.k8s.io/v1/namespaces/{ns}/csistoragecapacities",
+        {"metadata": {"name": "cap"}, "storageClassName": "fast"},
+        ("storageClassName", "slow"),
+        [("FieldValueInvalid", "storageClassName", 'Invalid value: "slow": field is immutable')],
+    ),
+    "volume attachment spec": (
+        "/apis/storage.k8s.io/v1/volumeattachments",
+        {"metadata": {"name": "va-{suffix}"}, "spec": {"attacher": "csi.example.com", "nodeName": "node-1", "source": {"persistentVolumeName": "pv"}}},
+        ("spec.nodeName", "node-2"),
+        [("FieldValueInvalid", "spec", None)],
+    ),
+    "service CIDR list": (
+        "/apis/networking.k8s.io/v1/servicecidrs",
+        {"metadata": {"name": "sc-{suffix}"}, "spec": {"cidrs": ["10.210.0.0/16"]}},
+        ("spec.cidrs", ["10.211.0.0/16"]),
+        [("FieldValueInvalid", "spec.cidrs", 'Invalid value: []string{"10.211.0.0/16"}: field is immutable')],
+    ),
+    "IP address parent": (
+        "/apis/networking.k8s.io/v1/ipaddresses",
+        {"metadata": {"name": "192.168.251.{n}"}, "spec": {"parentRef": {"resource": "services", "namespace": "default", "name": "a"}}},
+        ("spec.parentRef.name", "b"),
+        [("FieldValueInvalid", "spec.parentRef", 'Invalid value: networking.ParentReference{Group:"", Resource:"services", Namespace:"default", Name:"b"}: field is immutable')],
+    ),
+    "controller revision data": (
+        "/apis/apps/v1/namespaces/{ns}/controllerrevisions",
+        {"metadata": {"name": "cr"}, "data": {"spec": {"a": 1}}, "revision": 1},
+        ("data.spec.a", 2),
+        [("FieldValueInvalid", "data", None)],
+    ),
+    "daemon set selector": (
+        "/apis/apps/v1/namespaces/{ns}/daemonsets",
+        deployment("ds"),
+        ("spec.selector", {"matchLabels": {"app": "ds", "tier": "x"}}),
+        [("FieldValueInvalid", "spec.selector", None)],
+    ),
+    "job completions": (
+        "/apis/batch/v1/namespaces/{ns}/jobs",
+        {"metadata": {"name": "j"}, "spec": {"completions": 2, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}},
+        ("spec.completions", 3),
+        [("FieldValueInvalid", "spec.completions", "Invalid value: 3: field is immutable")],
+    ),
+    "volume mode": (
+        "/api/v1/persistentvolumes",
+        {"metadata": {"name": "pv-{suffix}"}, "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"}, "hostPath": {"path": "/tmp/x"}, "volumeMode": "Filesystem"}},
+        ("spec.volumeMode", "Block"),
+        [("FieldValueInvalid", "volumeMode", 'Invalid value: "Block": field is immutable')],
+    ),
+    "storage class reclaim policy": (
+        "/apis/storage.k8s.io/v1/storageclasses",
+        {"metadata": {"name": "sc-{suffix}"}, "provisioner": "example.com/a", "reclaimPolicy": "Delete"},
+        ("reclaimPolicy", "Retain"),
+        [("FieldValueForbidden", "reclaimPolicy", "Forbidden: updates to reclaimPolicy are forbidden.")],
+    ),
+    "csi driver lifecycle modes": (
+        "/apis/storage.k8s.io/v1/csidrivers",
+        {"metadata": {"name": "d{suffix}.example.com"}, "spec": {"volumeLifecycleModes": ["Persistent"]}},
+        ("spec.volumeLifecycleModes", ["Persistent", "Ephemeral"]),
+        [("FieldValueInvalid", "spec.volumeLifecycleModes", 'Invalid value: []storage.VolumeLifecycleMode{"Persistent", "Ephemeral"}: field is immutable')],
+    ),
+    "csi storage capacity topology": (
+        "/apis/storage.k8s.io/v1/namespaces/{ns}/csistoragecapacities",
+        {"metadata": {"name": "cap"}, "storageClassName": "fast", "nodeTopology": {"matchLabels": {"zone": "a"}}},
+        ("nodeTopology.matchLabels.zone", "b"),
+        [("FieldValueInvalid", "nodeTopology", 'Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"zone":"b"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable')],
     ),
     "events.k8s.io event note": (
         "/apis/events.k8s.io/v1/namespaces/{ns}/events",

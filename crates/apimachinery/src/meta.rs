@@ -111,8 +111,12 @@ pub fn validate_name(rule: NameRule, name: &str) -> Result<(), String> {
                 Ok(())
             }
         }
+        NameRule::IpAddress => name.parse::<std::net::IpAddr>().map(drop).map_err(|_| IP_ADDRESS_RULE.to_owned()),
     }
 }
+
+/// What upstream's `IsValidIP` says of a string that is not an IP address.
+pub const IP_ADDRESS_RULE: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)";
 
 /// The current time as upstream writes `metav1.Time`: RFC 3339, whole seconds, UTC.
 pub fn now_rfc3339() -> String {

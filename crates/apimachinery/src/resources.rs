@@ -16,6 +16,8 @@ pub enum NameRule {
     Label1035,
     /// Any path segment (events).
     PathSegment,
+    /// An IP address (IPAddresses, named by the address they hold).
+    IpAddress,
 }
 
 /// Everything the server needs to know about one served resource.
@@ -367,7 +369,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         builtin::<networking::IngressClass>(Extra::PLAIN),
         builtin::<networking::NetworkPolicy>(Extra { short_names: &["netpol"], tracks_generation: true, ..Extra::PLAIN }),
         builtin::<networking::ServiceCIDR>(Extra { ..status }),
-        builtin::<networking::IPAddress>(Extra { short_names: &["ip"], ..Extra::PLAIN }),
+        builtin::<networking::IPAddress>(Extra { short_names: &["ip"], name_rule: NameRule::IpAddress, ..Extra::PLAIN }),
         builtin::<node::RuntimeClass>(Extra::PLAIN),
         builtin::<scheduling::PriorityClass>(Extra { short_names: &["pc"], ..Extra::PLAIN }),
         builtin::<storage::StorageClass>(Extra { short_names: &["sc"], returns_deleted_object: true, ..Extra::PLAIN }),

@@ -26,7 +26,12 @@ pub fn prepare_for_create(info: &ResourceInfo, obj: &mut Value) {
         crate::defaults::generate_job_selector(obj);
     }
     if info.plural == "namespaces" && info.group.is_empty() {
-        obj["spec"] = serde_json::json!({"finalizers": ["kubernetes"]});
+        // The `kubernetes` finalizer is required on create, after any the namespace asks for.
+        let mut finalizers: Vec<Value> = obj.pointer("/spec/finalizers").and_then(Value::as_array).cloned().unwrap_or_default();
+        if !finalizers.iter().any(|f| f == "kubernetes") {
+            finalizers.push(Value::String("kubernetes".into()));
+        }
+        obj["spec"] = serde_json::json!({"finalizers": finalizers});
         obj["status"] = serde_json::json!({"phase": "Active"});
     } else if info.has_status && info.plural != "services" && info.plural != "pods" {
         // Status is written through the status subresource; a create starts without one.

@@ -136,8 +136,12 @@ pub(super) fn storage_class(obj: &mut Value) {
     default_at(obj, &["volumeBindingMode"], json!("Immediate"));
 }
 
-/// CSIDriver: upstream's defaults for every spec field a driver may leave out.
+/// CSIDriver: upstream's defaults for every spec field a driver may leave out (a driver with
+/// no spec at all gets them too: upstream's spec is a struct, never absent).
 pub(super) fn csi_driver(obj: &mut Value) {
+    if let Some(o) = obj.as_object_mut() && o.get("spec").is_none_or(Value::is_null) {
+        o.insert("spec".into(), json!({}));
+    }
     if !obj.get("spec").is_some_and(Value::is_object) {
         return;
     }

@@ -12,7 +12,6 @@ mod resource;
 mod workloads;
 
 pub use pods::default_pod_spec;
-pub(crate) use resource::set_defaults as resource_defaults;
 
 use crate::resources::ResourceInfo;
 use serde_json::{json, Map, Value};

@@ -1,8 +1,9 @@
-//! RBAC bindings, leases, autoscalers and volume claims: the rules clients meet most, as
+//! RBAC roles and bindings, leases, autoscalers and volume claims: the rules clients meet most, as
 //! upstream's validation words them.
 
-use super::errors::{forbidden, invalid, invalid_shown, not_supported, required};
-use crate::status::StatusCause;
+use super::errors::{forbidden, go_strings, invalid, invalid_shown, not_supported, required};
+use super::fields::{items, label_selector};
+use crate::status::{cause, StatusCause};
 use serde_json::Value;
 
 /// What upstream says of a claim update that changes its spec.
@@ -35,6 +36,45 @@ pub(super) fn validate_binding(cluster: bool, obj: &Value) -> Vec<StatusCause> {
         }
         if kind == "ServiceAccount" && cluster && s.get("namespace").and_then(Value::as_str).unwrap_or("").is_empty() {
             causes.push(required(&format!("subjects[{i}].namespace")));
+        }
+    }
+    causes
+}
+
+/// Roles and ClusterRoles: each rule's verbs and what it applies to (resources or, in a cluster
+/// role only, non-resource URLs, never both); a cluster role's aggregation selectors.
+pub(super) fn validate_role(cluster: bool, obj: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    for (i, rule) in items(obj, "rules").iter().enumerate() {
+        let at = format!("rules[{i}]");
+        let has = |key: &str| !items(rule, key).is_empty();
+        if !has("verbs") {
+            causes.push(cause("FieldValueRequired", &format!("{at}.verbs"), "Required value: verbs must contain at least one value"));
+        }
+        if has("nonResourceURLs") {
+            let urls = go_strings(rule.get("nonResourceURLs"));
+            if !cluster {
+                causes.push(invalid_shown(&format!("{at}.nonResourceURLs"), &urls, "namespaced rules cannot apply to non-resource URLs"));
+            }
+            if has("apiGroups") || has("resources") || has("resourceNames") {
+                causes.push(invalid_shown(&format!("{at}.nonResourceURLs"), &urls, "rules cannot apply to both regular resources and non-resource URLs"));
+            }
+            continue;
+        }
+        if !has("apiGroups") {
+            causes.push(cause("FieldValueRequired", &format!("{at}.apiGroups"), "Required value: resource rules must supply at least one api group"));
+        }
+        if !has("resources") {
+            causes.push(cause("FieldValueRequired", &format!("{at}.resources"), "Required value: resource rules must supply at least one resource"));
+        }
+    }
+    if let Some(rule) = obj.get("aggregationRule").filter(|r| cluster && !r.is_null()) {
+        let selectors = items(rule, "clusterRoleSelectors");
+        if selectors.is_empty() {
+            causes.push(cause("FieldValueRequired", "aggregationRule.clusterRoleSelectors", "Required value: at least one clusterRoleSelector required if aggregationRule is non-nil"));
+        }
+        for (i, sel) in selectors.iter().enumerate() {
+            label_selector(Some(sel), &format!("aggregationRule.clusterRoleSelectors[{i}]"), &mut causes);
         }
     }
     causes
@@ -144,5 +184,27 @@ pub(super) fn validate_class(plural: &str, obj: &Value) -> Vec<StatusCause> {
             }
         }
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::errors::fields;
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn role_rules_need_verbs_and_targets_and_urls_only_in_cluster_roles() {
+        let role = json!({"rules": [
+            {"apiGroups": [""], "resources": ["pods"]},
+            {"verbs": ["get"], "nonResourceURLs": ["/healthz"]},
+            {"verbs": ["get"], "resources": ["pods"]}]});
+        let causes = validate_role(false, &role);
+        assert_eq!(fields(&causes), ["rules[0].verbs", "rules[1].nonResourceURLs", "rules[2].apiGroups"]);
+        assert_eq!(causes[1].message, "Invalid value: []string{\"/healthz\"}: namespaced rules cannot apply to non-resource URLs");
+        let both = json!({"rules": [{"verbs": ["get"], "nonResourceURLs": ["/x"], "resources": ["pods"]}], "aggregationRule": {"clusterRoleSelectors": []}});
+        assert_eq!(fields(&validate_role(true, &both)), ["rules[0].nonResourceURLs", "aggregationRule.clusterRoleSelectors"]);
+        let ok = json!({"rules": [{"verbs": ["get"], "nonResourceURLs": ["/x"]}], "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"a": "b"}}]}});
+        assert!(validate_role(true, &ok).is_empty());
     }
 }

@@ -1,8 +1,9 @@
 //! A container's probes and resources, as upstream's `validateContainers` checks them: one
 //! handler per probe, its ports and scheme, no negative timings, a liveness or startup probe's
-//! success threshold of 1; no negative quantity, and no request above its limit.
+//! success threshold of 1; container resource names, no negative quantity, and no request
+//! above its limit.
 
-use super::errors::{forbidden, invalid, not_supported, port_number};
+use super::errors::{forbidden, invalid, named_or_numbered_port, not_supported};
 use crate::quantity::Quantity;
 use crate::status::{cause, StatusCause};
 use serde_json::Value;
@@ -22,11 +23,8 @@ fn probe(p: &Value, at: &str, must_succeed_once: bool, causes: &mut Vec<StatusCa
         }
         handlers += 1;
         if matches!(h, "httpGet" | "tcpSocket") {
-            // A named port has rules of its own (not checked here); a number must be in range.
             let port = handler.get("port").cloned().unwrap_or(Value::from(0));
-            if !port.is_string() {
-                causes.extend(port_number(&format!("{at}.{h}.port"), &port));
-            }
+            named_or_numbered_port(&format!("{at}.{h}.port"), &port, causes);
         }
         if let Some(scheme) = handler.get("scheme").and_then(Value::as_str).filter(|s| h == "httpGet" && !SCHEMES.contains(s)) {
             causes.push(not_supported(&format!("{at}.httpGet.scheme"), scheme, &SCHEMES));
@@ -53,6 +51,7 @@ fn quantity(v: &Value) -> Option<Quantity> {
 fn resources(r: &Value, at: &str, causes: &mut Vec<StatusCause>) {
     for section in ["limits", "requests"] {
         for (name, q) in r.get(section).and_then(Value::as_object).into_iter().flatten() {
+            super::limit_ranges::resource_name(true, name, &format!("{at}.{section}[{name}]"), causes);
             if let Some(parsed) = quantity(q).filter(|p| p.nanos < 0) {
                 causes.push(invalid(&format!("{at}.{section}[{name}]"), &Value::from(parsed.canonical()), "must be greater than or equal to 0"));
             }

@@ -64,7 +64,7 @@ pub fn go_strings(v: Option<&Value>) -> String {
     }
 }
 
-/// Go's `%#v` of a `*metav1.LabelSelector` (as the internal types hold it).
+/// Go's `%#v` of a `metav1.LabelSelector` (upstream's errors print the value a pointer points to).
 pub fn go_label_selector(v: &Value) -> String {
     let expressions = match v.get("matchExpressions").and_then(Value::as_array) {
         None => "[]v1.LabelSelectorRequirement(nil)".to_owned(),
@@ -76,7 +76,7 @@ pub fn go_label_selector(v: &Value) -> String {
             format!("[]v1.LabelSelectorRequirement{{{}}}", each.join(", "))
         }
     };
-    format!("&v1.LabelSelector{{MatchLabels:{}, MatchExpressions:{expressions}}}", go_string_map(v.get("matchLabels")))
+    format!("v1.LabelSelector{{MatchLabels:{}, MatchExpressions:{expressions}}}", go_string_map(v.get("matchLabels")))
 }
 
 /// Whether a label selector (`matchLabels` and `matchExpressions`) selects `labels`.
@@ -108,8 +108,59 @@ pub fn port_number(field: &str, v: &Value) -> Option<StatusCause> {
     (!(1..=65535).contains(&n)).then(|| invalid(field, v, "must be between 1 and 65535, inclusive"))
 }
 
+/// Go's `%#v` of an `intstr.IntOrString`, as upstream's errors on one print it.
+pub fn go_int_or_string(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("intstr.IntOrString{{Type:1, IntVal:0, StrVal:{s:?}}}"),
+        other => format!("intstr.IntOrString{{Type:0, IntVal:{}, StrVal:\"\"}}", other.as_i64().unwrap_or(0)),
+    }
+}
+
+/// Upstream's `IsValidPortName` (an IANA service name): each rule a name breaks.
+pub fn port_name_errors(name: &str) -> Vec<&'static str> {
+    let mut errs = Vec::new();
+    if name.len() > 15 {
+        errs.push("must be no more than 15 characters");
+    }
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+        errs.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
+    }
+    if !name.bytes().any(|b| b.is_ascii_lowercase()) {
+        errs.push("must contain at least one letter (a-z)");
+    }
+    if name.contains("--") {
+        errs.push("must not contain consecutive hyphens");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        errs.push("must not begin or end with a hyphen");
+    }
+    errs
+}
+
+/// A port given by name or number (a probe's port, a Service's target port): a name under
+/// `IsValidPortName`, a number in range.
+pub fn named_or_numbered_port(field: &str, v: &Value, causes: &mut Vec<StatusCause>) {
+    match v.as_str() {
+        Some(name) => causes.extend(port_name_errors(name).into_iter().map(|why| invalid(field, v, why))),
+        None => causes.extend(port_number(field, v)),
+    }
+}
+
 /// The fields of `causes`, in order (what the rules' tests compare).
 #[cfg(test)]
 pub fn fields(causes: &[StatusCause]) -> Vec<&str> {
     causes.iter().map(|c| c.field.as_str()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn port_names_are_short_lowercase_with_a_letter_and_single_inner_hyphens() {
+        assert!(port_name_errors("http-alt").is_empty());
+        assert_eq!(port_name_errors("HTTP"), ["must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)", "must contain at least one letter (a-z)"]);
+        assert_eq!(port_name_errors("-a--very-long-port-name"), ["must be no more than 15 characters", "must not contain consecutive hyphens", "must not begin or end with a hyphen"]);
+        assert_eq!(port_name_errors("8080"), ["must contain at least one letter (a-z)"]);
+    }
 }

@@ -5,8 +5,11 @@
 //! autoscalers, claims, storage, ingress and runtime classes ([`cluster`]), APF's bootstrap
 //! configuration ([`flowcontrol`]), Dynamic Resource Allocation ([`resource`]), volumes, claims
 //! and disruption budgets ([`volumes`]), nodes, namespaces, endpoints and quotas ([`nodes`]),
-//! network policies and ingresses ([`networking`]), certificate signing requests
-//! ([`certificates`]); the error shapes are [`errors`]'s.
+//! network policies, ingresses, service CIDRs and IP addresses ([`networking`]), certificate
+//! signing requests ([`certificates`]), the CSI kinds and volume attachments ([`storage`]),
+//! limit ranges ([`limit_ranges`]), RBAC roles ([`cluster`]), flow schemas and priority levels
+//! ([`flowcontrol`]), controller revisions ([`workloads`]); the error shapes are [`errors`]'s,
+//! the shared field rules [`fields`]'s.
 //! CustomResourceDefinitions' rules live in [`crate::crd`].
 
 mod certificates;
@@ -15,13 +18,17 @@ mod config;
 mod containers;
 pub mod errors;
 mod events;
+mod fields;
+mod limit_ranges;
 pub mod flowcontrol;
 mod networking;
 mod nodes;
+mod placement;
 pub mod pods;
 mod resource;
 mod scheduling;
 mod services;
+mod storage;
 mod volumes;
 mod workloads;
 
@@ -56,6 +63,8 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
         }
         ("", "services") => services::validate(obj),
         ("apps", _) | ("batch", _) | ("", "replicationcontrollers") => workloads::validate(&info.group, &info.plural, obj),
+        ("rbac.authorization.k8s.io", "roles") => cluster::validate_role(false, obj),
+        ("rbac.authorization.k8s.io", "clusterroles") => cluster::validate_role(true, obj),
         ("rbac.authorization.k8s.io", "rolebindings") => cluster::validate_binding(false, obj),
         ("rbac.authorization.k8s.io", "clusterrolebindings") => cluster::validate_binding(true, obj),
         ("coordination.k8s.io", "leases") => cluster::validate_lease(obj),
@@ -69,10 +78,20 @@ pub fn validate(info: &ResourceInfo, obj: &Value) -> Vec<StatusCause> {
         ("", "nodes") => nodes::validate_node(obj),
         ("", "namespaces") => nodes::validate_namespace(obj),
         ("", "endpoints") => nodes::validate_endpoints(obj),
+        ("discovery.k8s.io", "endpointslices") => nodes::validate_endpoint_slice(obj),
         ("", "resourcequotas") => nodes::validate_quota(obj),
         ("networking.k8s.io", "networkpolicies") => networking::validate_network_policy(obj),
         ("networking.k8s.io", "ingresses") => networking::validate_ingress(obj),
         ("certificates.k8s.io", "certificatesigningrequests") => certificates::validate(obj),
+        ("networking.k8s.io", "servicecidrs") => networking::validate_service_cidr(obj),
+        ("networking.k8s.io", "ipaddresses") => networking::validate_ip_address(obj),
+        ("storage.k8s.io", "csidrivers") => storage::validate_csi_driver(obj),
+        ("storage.k8s.io", "csinodes") => storage::validate_csi_node(obj),
+        ("storage.k8s.io", "csistoragecapacities") => storage::validate_storage_capacity(obj),
+        ("storage.k8s.io", "volumeattachments") => storage::validate_volume_attachment(obj),
+        ("flowcontrol.apiserver.k8s.io", "flowschemas") => flowcontrol::validate_flow_schema(obj),
+        ("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations") => flowcontrol::validate_priority_level(obj),
+        ("", "limitranges") => limit_ranges::validate(obj),
         _ => Vec::new(),
     }
 }
@@ -112,6 +131,12 @@ pub fn validate_update(info: &ResourceInfo, old: &Value, new: &Value) -> Vec<Sta
         ("node.k8s.io", "runtimeclasses") => cluster::immutable_string("handler", "/handler", old, new),
         ("discovery.k8s.io", "endpointslices") => cluster::immutable_string("addressType", "/addressType", old, new),
         ("resource.k8s.io", _) if info.is_storage_version() => resource::validate_update(&info.plural, old, new),
+        ("networking.k8s.io", "servicecidrs") => networking::validate_service_cidr_update(old, new),
+        ("networking.k8s.io", "ipaddresses") => networking::validate_ip_address_update(old, new),
+        ("storage.k8s.io", "csidrivers") => storage::validate_csi_driver_update(old, new),
+        ("storage.k8s.io", "csinodes") => storage::validate_csi_node_update(old, new),
+        ("storage.k8s.io", "csistoragecapacities") => storage::validate_storage_capacity_update(old, new),
+        ("storage.k8s.io", "volumeattachments") => storage::validate_volume_attachment_update(old, new),
         ("", "secrets") => {
             let mut causes = config::validate_update(info, old, new);
             causes.extend(cluster::immutable_string("type", "/type", old, new));

@@ -1,11 +1,13 @@
-//! NetworkPolicies (ports, peers' IP blocks, policy types) and Ingresses (rules or a default
-//! backend, hosts, paths and their types, backends), as upstream's networking validation words
-//! them.
+//! NetworkPolicies (ports, peers' IP blocks, policy types), Ingresses (rules or a default
+//! backend, hosts, paths and their types, backends), ServiceCIDRs (one or two CIDRs, one per
+//! family, fixed once set) and IPAddresses (the object their address belongs to, fixed once
+//! set), as upstream's networking validation words them.
 
 use super::errors::{invalid, invalid_shown, not_supported, port_number, required};
 use crate::meta::{validate_dns1035_label, validate_dns1123_subdomain};
 use crate::status::{cause, StatusCause};
 use serde_json::Value;
+use super::fields::{items, s};
 use std::net::IpAddr;
 
 const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
@@ -13,14 +15,6 @@ const POLICY_TYPES: [&str; 2] = ["Ingress", "Egress"];
 const PATH_TYPES: [&str; 3] = ["Exact", "ImplementationSpecific", "Prefix"];
 const INVALID_PATH_SEQUENCES: [&str; 5] = ["//", "/./", "/../", "%2f", "%2F"];
 const INVALID_PATH_SUFFIXES: [&str; 2] = ["/..", "/."];
-
-fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
-    v.get(key).and_then(Value::as_array).map_or(&[], Vec::as_slice)
-}
-
-fn s<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or("")
-}
 
 /// A CIDR (`10.0.0.0/8`, `2001:db8::/32`): its address and prefix length.
 fn cidr(text: &str) -> Option<(IpAddr, u8)> {
@@ -184,11 +178,12 @@ pub(super) fn validate_ingress(obj: &Value) -> Vec<StatusCause> {
             if host.parse::<IpAddr>().is_ok() {
                 causes.push(invalid(&format!("{at}.host"), &Value::from(host), "must be a DNS name, not an IP address"));
             }
-            // A wildcard host has a rule of its own upstream, not checked here (RFC 0011).
-            if !host.contains('*') {
-                if let Err(why) = validate_dns1123_subdomain(host) {
-                    causes.push(invalid(&format!("{at}.host"), &Value::from(host), &why));
+            if host.contains('*') {
+                if !host.strip_prefix("*.").is_some_and(|rest| !rest.contains('*') && validate_dns1123_subdomain(rest).is_ok()) {
+                    causes.push(invalid(&format!("{at}.host"), &Value::from(host), WILDCARD_RULE));
                 }
+            } else if let Err(why) = validate_dns1123_subdomain(host) {
+                causes.push(invalid(&format!("{at}.host"), &Value::from(host), &why));
             }
         }
         if let Some(http) = rule.get("http").filter(|h| !h.is_null()) {
@@ -201,6 +196,65 @@ pub(super) fn validate_ingress(obj: &Value) -> Vec<StatusCause> {
             }
         }
     }
+    causes
+}
+
+
+/// Upstream's `IsWildcardDNS1123Subdomain` message.
+const WILDCARD_RULE: &str = "a wildcard DNS-1123 subdomain must start with '*.', followed by a valid DNS subdomain, which must consist of lower case alphanumeric characters, '-' or '.' and end with an alphanumeric character (e.g. '*.example.com', regex used for validation is '\\*\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+const CIDR_RULE: &str = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
+
+fn go_cidr_spec(spec: &Value) -> String {
+    format!("networking.ServiceCIDRSpec{{CIDRs:{}}}", super::errors::go_strings(spec.get("cidrs")))
+}
+
+pub(super) fn validate_service_cidr(obj: &Value) -> Vec<StatusCause> {
+    let spec = obj.get("spec").unwrap_or(&Value::Null);
+    let list = items(spec, "cidrs");
+    match list.len() {
+        0 => return vec![cause("FieldValueRequired", "spec.cidrs", "Required value: at least one CIDR required")],
+        1 | 2 => {}
+        _ => return vec![invalid_shown("spec.cidrs", &go_cidr_spec(spec), "may only hold up to 2 values")],
+    }
+    let parsed: Vec<Option<(IpAddr, u8)>> = list.iter().map(|c| c.as_str().and_then(cidr)).collect();
+    if list.len() == 2 && !matches!(parsed.as_slice(), [Some(a), Some(b)] if a.0.is_ipv4() != b.0.is_ipv4()) {
+        return vec![invalid_shown("spec.cidrs", &go_cidr_spec(spec), "may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64")];
+    }
+    list.iter().zip(&parsed).enumerate().filter(|(_, (_, p))| p.is_none()).map(|(i, (c, _))| invalid(&format!("spec.cidrs[{i}]"), c, CIDR_RULE)).collect()
+}
+
+pub(super) fn validate_service_cidr_update(old: &Value, new: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    super::fields::immutable("spec.cidrs", "/spec/cidrs", old, new, |v| super::errors::go_strings(Some(v)), &mut causes);
+    causes
+}
+
+fn path_segment(name: &str) -> Result<(), String> {
+    crate::meta::validate_name(crate::resources::NameRule::PathSegment, name)
+}
+
+pub(super) fn validate_ip_address(obj: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    let Some(parent) = obj.pointer("/spec/parentRef").filter(|p| !p.is_null()) else {
+        return vec![required("spec.parentRef")];
+    };
+    let at = "spec.parentRef";
+    if !s(parent, "group").is_empty() {
+        super::fields::check(&format!("{at}.group"), s(parent, "group"), validate_dns1123_subdomain, &mut causes);
+    }
+    super::fields::required_name(&format!("{at}.resource"), s(parent, "resource"), path_segment, &mut causes);
+    super::fields::required_name(&format!("{at}.name"), s(parent, "name"), path_segment, &mut causes);
+    if !s(parent, "namespace").is_empty() {
+        super::fields::check(&format!("{at}.namespace"), s(parent, "namespace"), path_segment, &mut causes);
+    }
+    causes
+}
+
+pub(super) fn validate_ip_address_update(old: &Value, new: &Value) -> Vec<StatusCause> {
+    let mut causes = Vec::new();
+    let shown = |p: &Value| format!("networking.ParentReference{{Group:{:?}, Resource:{:?}, Namespace:{:?}, Name:{:?}}}", s(p, "group"), s(p, "resource"), s(p, "namespace"), s(p, "name"));
+    super::fields::immutable("spec.parentRef", "/spec/parentRef", old, new, shown, &mut causes);
     causes
 }
 
@@ -226,7 +280,30 @@ mod tests {
         let ing = json!({"spec": {"rules": [{"host": "10.0.0.1", "http": {"paths": [{"path": "a", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}}, {"path": "/", "backend": {}}]}}]}});
         let causes = validate_ingress(&ing);
         assert_eq!(fields(&causes), ["spec.rules[0].host", "spec.rules[0].http.paths[0].path", "spec.rules[0].http.paths[1].pathType"]);
+        let wild = json!({"spec": {"rules": [{"host": "foo.*.example.com"}, {"host": "*.Example.com"}]}});
+        assert_eq!(fields(&validate_ingress(&wild)), ["spec.rules[0].host", "spec.rules[1].host"]);
         let ok = json!({"spec": {"rules": [{"host": "*.example.com", "http": {"paths": [{"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"name": "http"}}}}]}}]}});
         assert!(validate_ingress(&ok).is_empty());
+    }
+
+    #[test]
+    fn a_service_cidr_holds_one_or_two_cidrs_of_different_families() {
+        assert_eq!(validate_service_cidr(&json!({"spec": {}}))[0].message, "Required value: at least one CIDR required");
+        assert!(validate_service_cidr(&json!({"spec": {"cidrs": ["10.96.0.0/12", "fd00::/108"]}})).is_empty());
+        let same = validate_service_cidr(&json!({"spec": {"cidrs": ["10.96.0.0/12", "10.100.0.0/16"]}}));
+        assert_eq!(same[0].message, "Invalid value: networking.ServiceCIDRSpec{CIDRs:[]string{\"10.96.0.0/12\", \"10.100.0.0/16\"}}: may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64");
+        assert_eq!(fields(&validate_service_cidr(&json!({"spec": {"cidrs": ["nope"]}}))), ["spec.cidrs[0]"]);
+        let old = json!({"spec": {"cidrs": ["10.96.0.0/12"]}});
+        assert_eq!(validate_service_cidr_update(&old, &json!({"spec": {"cidrs": ["10.0.0.0/16"]}}))[0].message, "Invalid value: []string{\"10.0.0.0/16\"}: field is immutable");
+    }
+
+    #[test]
+    fn an_ip_address_names_its_parent_which_is_fixed() {
+        assert_eq!(fields(&validate_ip_address(&json!({"spec": {}}))), ["spec.parentRef"]);
+        let bad = json!({"spec": {"parentRef": {"group": "Bad_Group", "resource": "", "name": "a/b"}}});
+        assert_eq!(fields(&validate_ip_address(&bad)), ["spec.parentRef.group", "spec.parentRef.resource", "spec.parentRef.name"]);
+        let old = json!({"spec": {"parentRef": {"resource": "services", "namespace": "default", "name": "a"}}});
+        let new = json!({"spec": {"parentRef": {"resource": "services", "namespace": "default", "name": "b"}}});
+        assert_eq!(validate_ip_address_update(&old, &new)[0].message, "Invalid value: networking.ParentReference{Group:\"\", Resource:\"services\", Namespace:\"default\", Name:\"b\"}: field is immutable");
     }
 }

@@ -1,6 +1,7 @@
 //! Pod specs wherever they appear (pods, pod templates, workloads' templates): upstream's
 //! `ValidatePodSpec` rules clients meet first (containers, their names, images and ports, their
-//! probes and resources ([`super::containers`]), volumes, the restart and DNS policies), and on
+//! probes and resources ([`super::containers`]), security contexts and affinity
+//! ([`super::placement`]), volumes, the restart and DNS policies), and on
 //! a pod update the fields that may change
 //! (ephemeral containers only added, through their subresource).
 
@@ -31,16 +32,6 @@ pub fn validate_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<StatusCa
         causes.push(required(&format!("{path}.containers")));
         return;
     };
-    let mut names = HashSet::new();
-    let containers = spec.get("containers").and_then(Value::as_array).filter(|c| !c.is_empty());
-    if containers.is_none() {
-        causes.push(required(&format!("{path}.containers")));
-    }
-    for field in ["initContainers", "containers"] {
-        for (i, c) in spec.get(field).and_then(Value::as_array).into_iter().flatten().enumerate() {
-            validate_container(c, &format!("{path}.{field}[{i}]"), &mut names, causes);
-        }
-    }
     let mut volumes = HashSet::new();
     for (i, v) in spec.get("volumes").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let at = format!("{path}.volumes[{i}].name");
@@ -54,6 +45,18 @@ pub fn validate_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<StatusCa
             }
         }
     }
+    let mut names = HashSet::new();
+    let containers = spec.get("containers").and_then(Value::as_array).filter(|c| !c.is_empty());
+    if containers.is_none() {
+        causes.push(required(&format!("{path}.containers")));
+    }
+    for field in ["initContainers", "containers"] {
+        for (i, c) in spec.get(field).and_then(Value::as_array).into_iter().flatten().enumerate() {
+            let at = format!("{path}.{field}[{i}]");
+            validate_container(c, &at, &mut names, causes);
+            volume_mounts(c, &at, &volumes, causes);
+        }
+    }
     for (field, allowed) in [("restartPolicy", &RESTART_POLICIES[..]), ("dnsPolicy", &DNS_POLICIES[..])] {
         if let Some(v) = spec.get(field).and_then(Value::as_str).filter(|v| !allowed.contains(v)) {
             causes.push(not_supported(&format!("{path}.{field}"), v, allowed));
@@ -61,6 +64,30 @@ pub fn validate_spec(spec: Option<&Value>, path: &str, causes: &mut Vec<StatusCa
     }
     if let Some(d) = spec.get("activeDeadlineSeconds").filter(|d| d.as_i64().is_some_and(|n| n < 1)) {
         causes.push(invalid(&format!("{path}.activeDeadlineSeconds"), d, "must be between 1 and 2147483647, inclusive"));
+    }
+    super::placement::pod_security_context(spec, path, causes);
+    super::placement::affinity(spec, path, causes);
+}
+
+/// A container's mounts: each names one of the pod's volumes and a path no other mount uses.
+fn volume_mounts(c: &Value, at: &str, volumes: &HashSet<String>, causes: &mut Vec<StatusCause>) {
+    let mut paths = HashSet::new();
+    for (j, m) in c.get("volumeMounts").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let mat = format!("{at}.volumeMounts[{j}]");
+        let name = m.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            causes.push(required(&format!("{mat}.name")));
+        }
+        if !volumes.contains(name) {
+            causes.push(crate::status::cause("FieldValueNotFound", &format!("{mat}.name"), format!("Not found: {name:?}")));
+        }
+        let mount_path = m.get("mountPath").and_then(Value::as_str).unwrap_or("");
+        if mount_path.is_empty() {
+            causes.push(required(&format!("{mat}.mountPath")));
+        }
+        if !paths.insert(mount_path) {
+            causes.push(invalid(&format!("{mat}.mountPath"), &Value::from(mount_path), "must be unique"));
+        }
     }
 }
 
@@ -81,6 +108,7 @@ fn validate_container(c: &Value, at: &str, names: &mut HashSet<String>, causes: 
         causes.push(not_supported(&format!("{at}.imagePullPolicy"), p, &PULL_POLICIES));
     }
     super::containers::validate(c, at, causes);
+    super::placement::container_security_context(c, at, causes);
     let mut port_names = HashSet::new();
     for (j, p) in c.get("ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let pat = format!("{at}.ports[{j}]");
@@ -91,10 +119,13 @@ fn validate_container(c: &Value, at: &str, names: &mut HashSet<String>, causes: 
         if let Some(hp) = p.get("hostPort").filter(|v| v.as_i64().is_some_and(|n| n != 0)) {
             causes.extend(port_number(&format!("{pat}.hostPort"), hp));
         }
-        if let Some(name) = p.get("name").and_then(Value::as_str).filter(|n| !n.is_empty())
-            && !port_names.insert(name.to_owned())
-        {
-            causes.push(duplicate(&format!("{pat}.name"), name));
+        if let Some(name) = p.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            for why in super::errors::port_name_errors(name) {
+                causes.push(invalid(&format!("{pat}.name"), &Value::from(name), why));
+            }
+            if !port_names.insert(name.to_owned()) {
+                causes.push(duplicate(&format!("{pat}.name"), name));
+            }
         }
         if let Some(proto) = p.get("protocol").and_then(Value::as_str).filter(|v| !PROTOCOLS.contains(v)) {
             causes.push(not_supported(&format!("{pat}.protocol"), proto, &PROTOCOLS));
@@ -164,4 +195,23 @@ fn validate_ephemeral_update(old: &Value, new: &Value) -> Vec<StatusCause> {
         }
     }
     causes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mounts_name_a_volume_of_the_pod_at_unique_paths() {
+        let spec = serde_json::json!({"volumes": [{"name": "data", "emptyDir": {}}], "containers": [{"name": "c", "image": "i",
+            "volumeMounts": [{"name": "data", "mountPath": "/d"}, {"name": "cache", "mountPath": "/d"}, {"name": "data"}]}]});
+        let mut causes = Vec::new();
+        validate_spec(Some(&spec), "spec", &mut causes);
+        let got: Vec<(&str, &str)> = causes.iter().map(|c| (c.field.as_str(), c.message.as_str())).collect();
+        assert_eq!(got, [
+            ("spec.containers[0].volumeMounts[1].name", "Not found: \"cache\""),
+            ("spec.containers[0].volumeMounts[1].mountPath", "Invalid value: \"/d\": must be unique"),
+            ("spec.containers[0].volumeMounts[2].mountPath", "Required value"),
+        ]);
+    }
 }

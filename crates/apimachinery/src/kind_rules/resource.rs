@@ -9,6 +9,7 @@ use super::errors::{duplicate, forbidden, invalid, invalid_shown, not_supported,
 use crate::meta::{validate_dns1123_label, validate_dns1123_subdomain, validate_qualified_name};
 use crate::status::{cause, StatusCause};
 use serde_json::Value;
+use super::fields::{check, items, required_name, s, too_many};
 
 const MAX_REQUESTS: usize = 32;
 const MAX_FIRST_AVAILABLE: usize = 8;
@@ -20,33 +21,6 @@ const MAX_ATTRIBUTES_AND_CAPACITIES: usize = 32;
 const MAX_RESERVED_FOR: usize = 256;
 const MAX_POOL_NAME: usize = 253;
 const ALLOCATION_MODES: [&str; 2] = ["All", "ExactCount"];
-
-fn s<'a>(v: &'a Value, key: &str) -> &'a str {
-    v.get(key).and_then(Value::as_str).unwrap_or("")
-}
-
-fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
-    v.get(key).and_then(Value::as_array).map_or(&[], Vec::as_slice)
-}
-
-fn too_many(field: &str, n: usize, max: usize) -> StatusCause {
-    cause("FieldValueTooMany", field, format!("Too many: {n}: must have at most {max} items"))
-}
-
-fn check(field: &str, value: &str, rule: fn(&str) -> Result<(), String>, causes: &mut Vec<StatusCause>) {
-    if let Err(why) = rule(value) {
-        causes.push(invalid(field, &Value::from(value), &why));
-    }
-}
-
-/// A required name under `rule` (`field.Required` when empty).
-fn required_name(field: &str, value: &str, rule: fn(&str) -> Result<(), String>, causes: &mut Vec<StatusCause>) {
-    if value.is_empty() {
-        causes.push(required(field));
-    } else {
-        check(field, value, rule, causes);
-    }
-}
 
 /// A list with at most `max` entries whose `name`s are unique DNS labels.
 fn named_list(list: &[Value], max: usize, path: &str, causes: &mut Vec<StatusCause>, each: impl Fn(&Value, &str, &mut Vec<StatusCause>)) {
@@ -269,13 +243,10 @@ fn resource_slice(spec: &Value, causes: &mut Vec<StatusCause>) {
     });
 }
 
-/// Rules on one object in the stored version, on create and update, checked as upstream checks
-/// them: on the object with its defaults set (a request's allocation mode and count).
+/// Rules on one object in the stored version, on create and update, checked (as every kind's)
+/// on the object with its defaults set (a request's allocation mode and count).
 pub(super) fn validate(plural: &str, obj: &Value) -> Vec<StatusCause> {
     let mut causes = Vec::new();
-    let mut obj = obj.clone();
-    crate::defaults::resource_defaults(plural, &mut obj);
-    let obj = &obj;
     let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
     match plural {
         "deviceclasses" => {
@@ -305,7 +276,7 @@ pub(super) fn validate_update(plural: &str, old: &Value, new: &Value) -> Vec<Sta
             causes.push(invalid_shown("spec", ty, "field is immutable"));
         }
         "resourceclaims" if old.pointer("/status/allocation").is_some_and(|a| !a.is_null()) && new.pointer("/status/allocation").is_some_and(|a| !a.is_null()) && changed("/status/allocation") => {
-            causes.push(invalid_shown("status.allocation", "&resource.AllocationResult{...}", "field is immutable"));
+            causes.push(invalid_shown("status.allocation", "resource.AllocationResult{...}", "field is immutable"));
         }
         "resourceslices" => {
             for (field, ptr) in [("spec.pool.name", "/spec/pool/name"), ("spec.driver", "/spec/driver"), ("spec.nodeName", "/spec/nodeName")] {

@@ -1,4 +1,5 @@
-//! Services: their type, ports (numbers, names, protocols) and what each type requires, and on
+//! Services: their type, ports (numbers, names, protocols, node ports) and what each type
+//! requires, IP families and traffic policies, and on
 //! an update their cluster IPs, as upstream's `ValidateService` and `ValidateServiceUpdate` word
 //! them.
 
@@ -10,6 +11,44 @@ use std::collections::HashSet;
 const TYPES: [&str; 4] = ["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"];
 const PROTOCOLS: [&str; 3] = ["SCTP", "TCP", "UDP"];
 const AFFINITIES: [&str; 2] = ["ClientIP", "None"];
+const IP_FAMILIES: [&str; 2] = ["IPv4", "IPv6"];
+const IP_FAMILY_POLICIES: [&str; 3] = ["PreferDualStack", "RequireDualStack", "SingleStack"];
+const TRAFFIC_POLICIES: [&str; 2] = ["Cluster", "Local"];
+
+/// IP families (known, each once, at most two), their policy and the traffic policies (the
+/// external one only on externally reachable types).
+fn families_and_policies(spec: &Value, ty: &str, causes: &mut Vec<StatusCause>) {
+    let families = spec.get("ipFamilies").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut seen = HashSet::new();
+    for (i, f) in families.iter().enumerate() {
+        let f = f.as_str().unwrap_or("");
+        if !IP_FAMILIES.contains(&f) {
+            causes.push(not_supported(&format!("spec.ipFamilies[{i}]"), f, &IP_FAMILIES));
+        } else if !seen.insert(f) {
+            causes.push(duplicate(&format!("spec.ipFamilies[{i}]"), f));
+        }
+    }
+    if families.len() > 2 {
+        causes.push(crate::status::cause("FieldValueInvalid", "spec.ipFamilies", format!("Invalid value: {}: may not have more than 2 ipFamilies", go_families(&families))));
+    }
+    if let Some(p) = spec.get("ipFamilyPolicy").and_then(Value::as_str).filter(|p| !IP_FAMILY_POLICIES.contains(p)) {
+        causes.push(not_supported("spec.ipFamilyPolicy", p, &IP_FAMILY_POLICIES));
+    }
+    if let Some(p) = spec.get("externalTrafficPolicy").and_then(Value::as_str).filter(|p| !p.is_empty()) {
+        if ty != "NodePort" && ty != "LoadBalancer" {
+            causes.push(super::errors::invalid("spec.externalTrafficPolicy", &Value::from(p), "may only be set for externally-accessible services"));
+        } else if !TRAFFIC_POLICIES.contains(&p) {
+            causes.push(not_supported("spec.externalTrafficPolicy", p, &TRAFFIC_POLICIES));
+        }
+    }
+    if let Some(p) = spec.get("internalTrafficPolicy").and_then(Value::as_str).filter(|p| !TRAFFIC_POLICIES.contains(p)) {
+        causes.push(not_supported("spec.internalTrafficPolicy", p, &TRAFFIC_POLICIES));
+    }
+}
+
+fn go_families(families: &[Value]) -> String {
+    go_strings(Some(&Value::Array(families.to_vec()))).replacen("[]string", "[]core.IPFamily", 1)
+}
 
 pub(super) fn validate(obj: &Value) -> Vec<StatusCause> {
     let mut causes = Vec::new();
@@ -44,13 +83,31 @@ pub(super) fn validate(obj: &Value) -> Vec<StatusCause> {
             None | Some(Value::Null) => causes.push(required(&format!("{at}.port"))),
             Some(v) => causes.extend(port_number(&format!("{at}.port"), v)),
         }
-        if let Some(t) = p.get("targetPort").filter(|t| t.is_number()) {
-            causes.extend(port_number(&format!("{at}.targetPort"), t));
+        // Upstream quotes the whole IntOrString here (a probe's port errors quote its value).
+        if let Some(t) = p.get("targetPort").filter(|t| !t.is_null()) {
+            let whys: Vec<&str> = match t.as_str() {
+                Some(name) => super::errors::port_name_errors(name),
+                None => port_number("", t).map(|_| "must be between 1 and 65535, inclusive").into_iter().collect(),
+            };
+            for why in whys {
+                causes.push(invalid_shown(&format!("{at}.targetPort"), &super::errors::go_int_or_string(t), why));
+            }
+        }
+        if !name.is_empty() && let Err(why) = crate::meta::validate_dns1123_label(name) {
+            causes.push(super::errors::invalid(&format!("{at}.name"), &Value::from(name), &why));
         }
         if let Some(proto) = p.get("protocol").and_then(Value::as_str).filter(|v| !PROTOCOLS.contains(v)) {
             causes.push(not_supported(&format!("{at}.protocol"), proto, &PROTOCOLS));
         }
+        if let Some(n) = p.get("nodePort").filter(|n| n.as_i64().is_some_and(|n| n != 0)) {
+            if ty == "ClusterIP" {
+                causes.push(super::errors::forbidden(&format!("{at}.nodePort"), "may not be used when `type` is 'ClusterIP'"));
+            } else {
+                causes.extend(port_number(&format!("{at}.nodePort"), n));
+            }
+        }
     }
+    families_and_policies(&spec, ty, &mut causes);
     causes
 }
 
@@ -98,5 +155,16 @@ mod tests {
         assert_eq!(fields(&validate_update(&svc(json!(["10.0.0.1"])), &svc(json!([])))), ["spec.clusterIPs[0]"]);
         let external = json!({"spec": {"type": "ExternalName", "externalName": "example.com"}});
         assert!(validate_update(&svc(json!(["10.0.0.1"])), &external).is_empty());
+    }
+
+    #[test]
+    fn families_policies_and_node_ports_are_checked_by_type() {
+        let svc = json!({"spec": {"type": "ClusterIP", "ipFamilies": ["IPv4", "IPv4", "IPv5"], "ipFamilyPolicy": "Sometimes", "externalTrafficPolicy": "Local",
+            "ports": [{"port": 80, "nodePort": 30080}]}});
+        let causes = validate(&svc);
+        assert_eq!(fields(&causes), ["spec.ports[0].nodePort", "spec.ipFamilies[1]", "spec.ipFamilies[2]", "spec.ipFamilies", "spec.ipFamilyPolicy", "spec.externalTrafficPolicy"]);
+        assert_eq!(causes[5].message, "Invalid value: \"Local\": may only be set for externally-accessible services");
+        let node_port = json!({"spec": {"type": "NodePort", "externalTrafficPolicy": "Everywhere", "ports": [{"port": 80, "nodePort": 70000}]}});
+        assert_eq!(fields(&validate(&node_port)), ["spec.ports[0].nodePort", "spec.externalTrafficPolicy"]);
     }
 }

@@ -3,7 +3,7 @@
 //! word them: access modes, capacity and requests, one volume source, the policies' enums, a
 //! budget's counts and percentages.
 
-use super::errors::{forbidden, invalid, invalid_shown, not_supported, required};
+use super::errors::{forbidden, go_int_or_string, invalid, invalid_shown, not_supported, required};
 use crate::quantity::Quantity;
 use crate::status::{cause, StatusCause};
 use serde_json::Value;
@@ -129,13 +129,6 @@ pub(super) fn validate_claim(obj: &Value) -> Vec<StatusCause> {
     causes
 }
 
-/// Go's `%#v` of an `intstr.IntOrString`, as upstream's errors on one print it.
-fn go_int_or_string(v: &Value) -> String {
-    match v {
-        Value::String(s) => format!("intstr.IntOrString{{Type:1, IntVal:0, StrVal:{s:?}}}"),
-        other => format!("intstr.IntOrString{{Type:0, IntVal:{}, StrVal:\"\"}}", other.as_i64().unwrap_or(0)),
-    }
-}
 
 /// A count or a percentage that may not be negative nor above 100%.
 fn int_or_percent(field: &str, v: &Value, causes: &mut Vec<StatusCause>) {

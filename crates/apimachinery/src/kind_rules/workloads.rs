@@ -1,19 +1,18 @@
 //! Workloads (deployments, replica sets, stateful sets, daemon sets, replication controllers,
-//! jobs, cron jobs): their selectors, templates and counts, and the fields an update may not
+//! jobs, cron jobs) and controller revisions: their selectors, templates and counts, and the fields an update may not
 //! change, as upstream's `apps`, `batch` and core validation words them.
 
-use super::errors::{forbidden, go_label_selector, go_string_map, invalid, invalid_shown, not_supported, required, selector_is_empty, selector_matches};
+use super::errors::{forbidden, go_label_selector, go_string_map, invalid_shown, not_supported, required, selector_is_empty, selector_matches};
+use super::fields::{self, immutable};
 use super::pods;
-use crate::status::StatusCause;
+use crate::status::{cause, StatusCause};
 use serde_json::Value;
 
 /// What upstream says of a stateful set update that changes other fields.
 pub const STATEFULSET_UPDATE_FORBIDDEN: &str = "updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'revisionHistoryLimit', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden";
 
 fn non_negative(spec: &Value, field: &str, path: &str, causes: &mut Vec<StatusCause>) {
-    if let Some(v) = spec.get(field).filter(|v| v.as_i64().is_some_and(|n| n < 0)) {
-        causes.push(invalid(&format!("{path}.{field}"), v, "must be greater than or equal to 0"));
-    }
+    fields::non_negative(&format!("{path}.{field}"), spec.get(field), causes);
 }
 
 /// A workload with a label selector and a pod template (apps/v1 kinds, jobs).
@@ -73,6 +72,12 @@ pub(super) fn validate(group: &str, plural: &str, obj: &Value) -> Vec<StatusCaus
             template(&spec, "spec", Some(ALWAYS), &mut causes);
         }
         ("batch", "jobs") => job_spec(&spec, "spec", &mut causes),
+        ("apps", "controllerrevisions") => {
+            if obj.get("data").is_none_or(Value::is_null) {
+                causes.push(cause("FieldValueRequired", "data", "Required value: data is mandatory"));
+            }
+            fields::non_negative("revision", obj.get("revision"), &mut causes);
+        }
         ("batch", "cronjobs") => {
             if spec.get("schedule").and_then(Value::as_str).unwrap_or("").is_empty() {
                 causes.push(required("spec.schedule"));
@@ -98,18 +103,12 @@ fn job_spec(spec: &Value, path: &str, causes: &mut Vec<StatusCause>) {
     }
 }
 
-fn immutable(field: &str, old: Option<&Value>, new: Option<&Value>, shown: impl Fn(&Value) -> String, causes: &mut Vec<StatusCause>) {
-    if old != new {
-        causes.push(invalid_shown(field, &new.map_or_else(|| "null".to_owned(), shown), "field is immutable"));
-    }
-}
-
 /// The fields an update of a workload may not change.
 pub(super) fn validate_update(group: &str, plural: &str, old: &Value, new: &Value) -> Vec<StatusCause> {
     let mut causes = Vec::new();
     let (o, n) = (old.get("spec").cloned().unwrap_or(Value::Null), new.get("spec").cloned().unwrap_or(Value::Null));
     match (group, plural) {
-        ("apps", "deployments" | "replicasets" | "daemonsets") => immutable("spec.selector", o.get("selector"), n.get("selector"), go_label_selector, &mut causes),
+        ("apps", "deployments" | "replicasets" | "daemonsets") => immutable("spec.selector", "/spec/selector", old, new, go_label_selector, &mut causes),
         ("apps", "statefulsets") => {
             let rest = |s: &Value| {
                 let mut s = s.clone();
@@ -125,12 +124,14 @@ pub(super) fn validate_update(group: &str, plural: &str, old: &Value, new: &Valu
             }
         }
         ("batch", "jobs") => {
-            immutable("spec.selector", o.get("selector"), n.get("selector"), go_label_selector, &mut causes);
+            immutable("spec.selector", "/spec/selector", old, new, go_label_selector, &mut causes);
             // Upstream quotes the whole template (Go's %#v of core.PodTemplateSpec); a
             // shortened form is given here (RFC 0011).
-            immutable("spec.template", o.get("template"), n.get("template"), |_| "core.PodTemplateSpec{...}".to_owned(), &mut causes);
-            immutable("spec.completions", o.get("completions"), n.get("completions"), super::errors::scalar, &mut causes);
+            immutable("spec.template", "/spec/template", old, new, |_| "core.PodTemplateSpec{...}".to_owned(), &mut causes);
+            immutable("spec.completions", "/spec/completions", old, new, super::errors::scalar, &mut causes);
         }
+        // Upstream quotes the stored object (a `runtime.Unknown`); a shortened form is given.
+        ("apps", "controllerrevisions") => immutable("data", "/data", old, new, |_| "runtime.Unknown{...}".to_owned(), &mut causes),
         _ => {}
     }
     causes
