@@ -5,13 +5,19 @@
 //! connections left idle between requests are closed the same way. Shutdown stops accepting,
 //! lets every connection finish the request it is serving, and waits at most
 //! [`ConnectionLimits::drain`] for them.
+//!
+//! Over TLS ([`serve_tls`], RFC 0012) the handshake has the same bound, HTTP/2 and HTTP/1.1 are
+//! both served (as ALPN chose), and the client certificates the handshake verified travel with
+//! every request of the connection as [`ClientCertificates`], for authentication to read.
 
 use axum::Router;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
+use rustls::pki_types::CertificateDer;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -31,10 +37,30 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown`.
+/// The certificate chain a TLS client presented and the handshake verified against the client
+/// CA (leaf first); absent on plain connections and for clients that sent none.
+#[derive(Clone, Debug)]
+pub struct ClientCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+
+/// Serves `app` on `listener` until `shutdown`, over plain HTTP/1.1.
 pub async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits, shutdown: CancellationToken) -> std::io::Result<()> {
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new()).header_read_timeout(limits.header_read);
+    serve_with(listener, app, None, limits, shutdown).await
+}
+
+/// Serves `app` on `listener` until `shutdown`, over TLS with `tls`.
+pub async fn serve_tls(listener: TcpListener, app: Router, tls: Arc<rustls::ServerConfig>, limits: ConnectionLimits, shutdown: CancellationToken) -> std::io::Result<()> {
+    serve_with(listener, app, Some(tokio_rustls::TlsAcceptor::from(tls)), limits, shutdown).await
+}
+
+async fn serve_with(listener: TcpListener, app: Router, tls: Option<tokio_rustls::TlsAcceptor>, limits: ConnectionLimits, shutdown: CancellationToken) -> std::io::Result<()> {
+    let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    http.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read);
+    http.http2().timer(TokioTimer::new()).keep_alive_interval(Some(limits.header_read));
+    if tls.is_none() {
+        // Plain connections speak HTTP/1.1 only, as upstream's (no cleartext HTTP/2).
+        http = http.http1_only();
+    }
+    let http = Arc::new(http);
     let graceful = GracefulShutdown::new();
     loop {
         let (stream, _) = tokio::select! {
@@ -50,13 +76,16 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits,
             _ = shutdown.cancelled() => break,
         };
         let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| app.clone().oneshot(req));
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        // Watched from its accept, so shutdown waits for a connection still in its handshake.
+        let (app, http, watcher, tls) = (app.clone(), http.clone(), graceful.watcher(), tls.clone());
         tokio::spawn(async move {
-            // A client that goes away or breaks the protocol ends only its own connection.
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            match tls {
+                None => serve_connection(TokioIo::new(stream), app, None, &http, watcher).await,
+                Some(acceptor) => {
+                    let Some(stream) = handshake(acceptor, stream, limits.header_read).await else { return };
+                    let certs = stream.get_ref().1.peer_certificates().map(|c| ClientCertificates(Arc::new(c.iter().map(|c| c.clone().into_owned()).collect())));
+                    serve_connection(TokioIo::new(stream), app, certs, &http, watcher).await;
+                }
             }
         });
     }
@@ -65,4 +94,37 @@ pub async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits,
         tracing::info!("connections still open at shutdown were closed");
     }
     Ok(())
+}
+
+/// The TLS handshake, bounded as a request's headers are; a client that fails it or takes too
+/// long ends only its own connection.
+async fn handshake(acceptor: tokio_rustls::TlsAcceptor, stream: TcpStream, bound: Duration) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    match tokio::time::timeout(bound, acceptor.accept(stream)).await {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("TLS handshake took too long");
+            None
+        }
+    }
+}
+
+async fn serve_connection<I>(io: TokioIo<I>, app: Router, certs: Option<ClientCertificates>, http: &hyper_util::server::conn::auto::Builder<TokioExecutor>, watcher: hyper_util::server::graceful::Watcher)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        if let Some(c) = &certs {
+            req.extensions_mut().insert(c.clone());
+        }
+        app.clone().oneshot(req)
+    });
+    let conn = watcher.watch(http.serve_connection(io, service).into_owned());
+    // A client that goes away or breaks the protocol ends only its own connection.
+    if let Err(e) = conn.await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
 }

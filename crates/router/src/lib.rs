@@ -22,6 +22,7 @@ mod server;
 mod state;
 mod upstream;
 mod watch;
+mod whoami;
 
 pub use state::RouterState;
 pub use server::{connect_stores, serve, serve_shards, RouterConfig};

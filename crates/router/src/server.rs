@@ -39,6 +39,8 @@ pub struct RouterConfig {
     /// Which resources are on an etcd of their own: the shards' contract, which this router
     /// reads revisions by.
     pub storage_contract: shardplane_storage::StorageContract,
+    /// TLS to serve with (RFC 0012); plain HTTP without.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// The router's state: the shards and its request surface (seats on fan-out, metrics).
@@ -70,11 +72,12 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
         return Err(std::io::Error::other("no shards: pass --shard-urls"));
     }
     let stores = connect_stores(&config.etcd_endpoints, &config.storage_contract).await?;
-    serve_shards(RouterState::connect(stores, config.shard_urls, config.bookmark_interval).await?, config.listen, shutdown, on_listen).await
+    serve_shards(RouterState::connect(stores, config.shard_urls, config.bookmark_interval).await?, config.listen, config.tls, shutdown, on_listen).await
 }
 
-/// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`.
-pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+/// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`, over
+/// TLS when `tls` is given.
+pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let count = shards.urls().len();
     // The router bounds what it fans out as a shard bounds what it serves (upstream defaults).
     let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() } };
@@ -82,7 +85,10 @@ pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, shutdown
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
     crate::membership::start(app.shards.clone(), format!("router-{}", listener.local_addr()?), app.surface.metrics.registry(), shutdown.clone());
-    shardplane_http::serve::serve(listener, routes(app), Default::default(), shutdown).await
+    match tls {
+        None => shardplane_http::serve::serve(listener, routes(app), Default::default(), shutdown).await,
+        Some(tls) => shardplane_http::serve::serve_tls(listener, routes(app), tls, Default::default(), shutdown).await,
+    }
 }
 
 /// The router's routes: its own health and metrics; every other path is a resource to route,
@@ -93,6 +99,7 @@ fn routes(app: App) -> Router {
         let route = route.fallback(route_request);
         r = r.route(&format!("{path}/"), route.clone()).route(path, route);
     }
+    r = r.route(crate::whoami::PATH, axum::routing::post(crate::whoami::self_subject_review).fallback(route_request));
     r.fallback(route_request).layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>)).with_state(app)
 }
 

@@ -141,6 +141,19 @@ fn shard_id(i: usize) -> String {
     format!("shard-{i}")
 }
 
+/// A kubeconfig for an HTTPS `server` whose certificate `ca_pem` signs, as the admin whose
+/// client certificate and key are `cert_pem` and `key_pem` (each carried inline, base64).
+pub fn kubeconfig_tls(server: &str, ca_pem: &[u8], cert_pem: &[u8], key_pem: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: shardplane\n  cluster:\n    server: {server}\n    certificate-authority-data: {}\ncontexts:\n- name: shardplane\n  context:\n    cluster: shardplane\n    user: admin\ncurrent-context: shardplane\nusers:\n- name: admin\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\n",
+        b64(ca_pem),
+        b64(cert_pem),
+        b64(key_pem)
+    )
+}
+
 /// A kubeconfig for `server` (plain HTTP on loopback, no credentials).
 pub fn kubeconfig(server: &str) -> String {
     format!(

@@ -52,6 +52,43 @@ struct Args {
     /// (`--shard-urls`) must be given it too.
     #[arg(long)]
     storage_config: Option<PathBuf>,
+    /// Serve HTTPS with the cluster PKI in this directory, made there on first start (a CA, the
+    /// serving certificate, the admin's client certificate, the ServiceAccount key; RFC 0012),
+    /// and write a kubeconfig that uses them.
+    #[arg(long)]
+    pki_dir: Option<PathBuf>,
+    /// The serving certificate (PEM), as kube-apiserver's flag; overrides `--pki-dir`'s.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<PathBuf>,
+    /// The serving certificate's key (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<PathBuf>,
+    /// Client certificates signed by this CA (PEM) are verified and name their user; with
+    /// `--pki-dir`, its CA.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
+    /// The lowest TLS version served: VersionTLS12 (the default) or VersionTLS13.
+    #[arg(long, default_value = "VersionTLS12")]
+    tls_min_version: String,
+}
+
+/// What the router serves TLS with, and the PKI when it made or found one.
+fn tls_setup(args: &Args) -> Result<Option<(shardplane_identity::tls::TlsFlags, Option<shardplane_identity::pki::Pki>)>, String> {
+    use shardplane_identity::{pki::Pki, tls::TlsFlags};
+    let pki = match &args.pki_dir {
+        None => None,
+        Some(dir) => {
+            let ip = if args.listen.ip().is_unspecified() { "127.0.0.1".to_owned() } else { args.listen.ip().to_string() };
+            Some(Pki::ensure(dir, &[&ip, "127.0.0.1", "localhost"]).map_err(|e| format!("--pki-dir: {e}"))?)
+        }
+    };
+    let (cert_file, key_file) = match (&args.tls_cert_file, &args.tls_private_key_file, &pki) {
+        (Some(c), Some(k), _) => (c.clone(), k.clone()),
+        (_, _, Some(p)) => (p.serving_cert(), p.serving_key()),
+        _ => return Ok(None),
+    };
+    let client_ca_file = args.client_ca_file.clone().or_else(|| pki.as_ref().map(Pki::ca_cert));
+    Ok(Some((TlsFlags { cert_file, key_file, client_ca_file, min_version: args.tls_min_version.clone() }, pki)))
 }
 
 // jemalloc: its heap statistics are each shard's `shardplane_heap_allocated_bytes`.
@@ -85,6 +122,16 @@ async fn start_embedded_store(dir: &std::path::Path, listen: &str, quota: u64, s
 }
 
 async fn run(mut args: Args) -> std::process::ExitCode {
+    let (tls, pki) = match tls_setup(&args).and_then(|s| match s {
+        None => Ok((None, None)),
+        Some((flags, pki)) => shardplane_identity::tls::server_config(&flags).map(|c| (Some(c), pki)).map_err(|e| e.to_string()),
+    }) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("shard-router: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let shutdown = shardplane_shard::cli::shutdown_on_signal();
     let contract = match shardplane_storage::StorageContract::from_flag(args.storage_config.as_deref()) {
         Ok(c) => c,
@@ -143,12 +190,22 @@ async fn run(mut args: Args) -> std::process::ExitCode {
         }
     };
     let kubeconfig = args.kubeconfig.clone();
-    let result = serve_shards(shards, args.listen, shutdown.clone(), move |addr| {
-        let server = format!("http://{addr}");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let result = serve_shards(shards, args.listen, tls, shutdown.clone(), move |addr| {
+        let server = format!("{scheme}://{addr}");
         if let Some(dir) = kubeconfig.parent().filter(|d| !d.as_os_str().is_empty()) {
             let _ = std::fs::create_dir_all(dir);
         }
-        match std::fs::write(&kubeconfig, topology::kubeconfig(&server)) {
+        let text = match &pki {
+            Some(p) => match (std::fs::read(p.ca_cert()), std::fs::read(p.admin_cert()), std::fs::read(p.admin_key())) {
+                (Ok(ca), Ok(cert), Ok(key)) => topology::kubeconfig_tls(&server, &ca, &cert, &key),
+                _ => topology::kubeconfig(&server),
+            },
+            None => topology::kubeconfig(&server),
+        };
+        // The kubeconfig carries the admin's key when there is one: readable by its owner only.
+        let written = shardplane_identity::pki::write_private(&kubeconfig, text.as_bytes()).map_err(|e| e.to_string());
+        match written {
             Ok(()) => println!("listening on {addr}\nkubectl --kubeconfig {} get namespaces", kubeconfig.display()),
             Err(e) => println!("listening on {addr} (kubeconfig not written: {e})"),
         }

@@ -1,0 +1,13 @@
+//! Credentials, and who a request comes from (RFC 0012).
+//!
+//! This crate owns the cluster's PKI ([`pki`]: a CA, the serving certificate, the admin's client
+//! certificate and the ServiceAccount signing key, generated once and kept as 0600 files), the
+//! TLS server configuration built from upstream's flags with certificates reloaded when their
+//! files change ([`tls`]), and the user a verified client certificate names ([`user`]).
+//!
+//! It never serves HTTP, routes a request or decides what a user may do: the HTTP surface
+//! carries a connection's verified certificates to the request, and authorization is RBAC's.
+
+pub mod pki;
+pub mod tls;
+pub mod user;

@@ -1,0 +1,193 @@
+//! The router's TLS server configuration from upstream's flags (`--tls-cert-file`,
+//! `--tls-private-key-file`, `--client-ca-file`, `--tls-min-version`): HTTP/2 and HTTP/1.1
+//! offered by ALPN, client certificates verified against the client CA when a client sends one
+//! (a client without one stays anonymous, for authentication to decide), and the serving
+//! certificate read again when its files change, so a renewed certificate is served without a
+//! restart (checked at most once a second, on a handshake; a pair that does not load keeps the
+//! one in use, and the log says why).
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{RootCertStore, ServerConfig};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Why a TLS configuration could not be built.
+#[derive(Debug)]
+pub struct TlsError(pub String);
+
+impl std::fmt::Display for TlsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for TlsError {}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+static TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+
+/// The lowest TLS version from upstream's `--tls-min-version` values (rustls speaks 1.2 and 1.3
+/// only, so the older two are refused rather than silently raised).
+pub fn protocol_versions(min_version: &str) -> Result<&'static [&'static rustls::SupportedProtocolVersion], TlsError> {
+    match min_version {
+        "" | "VersionTLS12" => Ok(rustls::ALL_VERSIONS),
+        "VersionTLS13" => Ok(TLS13_ONLY),
+        "VersionTLS10" | "VersionTLS11" => Err(TlsError(format!("--tls-min-version {min_version} is not supported: TLS 1.2 is the lowest version served"))),
+        other => Err(TlsError(format!("--tls-min-version {other:?}: not one of VersionTLS12, VersionTLS13"))),
+    }
+}
+
+fn load_key(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|it| it.collect::<Result<_, _>>())
+        .map_err(|e| TlsError(format!("{}: {e}", cert.display())))?;
+    if certs.is_empty() {
+        return Err(TlsError(format!("{}: no certificate", cert.display())));
+    }
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError(format!("{}: {e}", key.display())))?;
+    let signing = provider().key_provider.load_private_key(key_der).map_err(|e| TlsError(format!("{}: {e}", key.display())))?;
+    let certified = CertifiedKey::new(certs, signing);
+    certified.keys_match().map_err(|e| TlsError(format!("{} and {} do not match: {e}", cert.display(), key.display())))?;
+    Ok(Arc::new(certified))
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+struct Loaded {
+    key: Arc<CertifiedKey>,
+    stamps: (Option<SystemTime>, Option<SystemTime>),
+    checked: Instant,
+}
+
+/// The serving certificate, read again when its files change.
+pub struct ReloadingCertificate {
+    cert: PathBuf,
+    key: PathBuf,
+    loaded: Mutex<Loaded>,
+}
+
+impl std::fmt::Debug for ReloadingCertificate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadingCertificate").field("cert", &self.cert).field("key", &self.key).finish()
+    }
+}
+
+const RECHECK: Duration = Duration::from_secs(1);
+
+impl ReloadingCertificate {
+    /// The pair in `cert` and `key`, loaded now (an error if it does not load).
+    pub fn new(cert: &Path, key: &Path) -> Result<Self, TlsError> {
+        let loaded = Loaded { key: load_key(cert, key)?, stamps: (modified(cert), modified(key)), checked: Instant::now() };
+        Ok(Self { cert: cert.to_owned(), key: key.to_owned(), loaded: Mutex::new(loaded) })
+    }
+
+    /// The pair to serve: the one loaded, or the files' new one if they changed since.
+    pub fn current(&self) -> Arc<CertifiedKey> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if loaded.checked.elapsed() >= RECHECK {
+            loaded.checked = Instant::now();
+            let stamps = (modified(&self.cert), modified(&self.key));
+            if stamps != loaded.stamps {
+                match load_key(&self.cert, &self.key) {
+                    Ok(key) => {
+                        tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
+                        loaded.key = key;
+                        loaded.stamps = stamps;
+                    }
+                    // A pair caught half-written is tried again on a later handshake.
+                    Err(e) => tracing::warn!(error = %e, "serving certificate changed but does not load; keeping the one in use"),
+                }
+            }
+        }
+        loaded.key.clone()
+    }
+}
+
+impl ResolvesServerCert for ReloadingCertificate {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.current())
+    }
+}
+
+/// What the TLS server is built from (upstream's flags).
+#[derive(Clone, Debug, Default)]
+pub struct TlsFlags {
+    /// `--tls-cert-file`.
+    pub cert_file: PathBuf,
+    /// `--tls-private-key-file`.
+    pub key_file: PathBuf,
+    /// `--client-ca-file`: client certificates signed by it are verified; none is required.
+    pub client_ca_file: Option<PathBuf>,
+    /// `--tls-min-version`.
+    pub min_version: String,
+}
+
+/// The server configuration for `flags`.
+pub fn server_config(flags: &TlsFlags) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = provider();
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(protocol_versions(&flags.min_version)?)
+        .map_err(|e| TlsError(e.to_string()))?;
+    let builder = match &flags.client_ca_file {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for cert in CertificateDer::pem_file_iter(ca).map_err(|e| TlsError(format!("{}: {e}", ca.display())))? {
+                roots.add(cert.map_err(|e| TlsError(format!("{}: {e}", ca.display())))?).map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).allow_unauthenticated().build().map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(ReloadingCertificate::new(&flags.cert_file, &flags.key_file)?));
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::{write_private, Authority};
+
+    #[test]
+    fn a_changed_certificate_is_served_after_the_recheck_and_a_broken_one_is_not() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (cert, key) = (dir.path().join("c.crt"), dir.path().join("c.key"));
+        let ca = Authority::generate("ca").expect("ca");
+        let write = |name: &str| {
+            let (c, k) = ca.server_certificate(name, &["127.0.0.1"]).expect("leaf");
+            write_private(&cert, c.pem().as_bytes()).expect("w");
+            write_private(&key, k.serialize_pem().as_bytes()).expect("w");
+            c.der().to_vec()
+        };
+        let first = write("first");
+        let resolver = ReloadingCertificate::new(&cert, &key).expect("loads");
+        assert_eq!(resolver.current().cert[0].as_ref(), first.as_slice());
+        // File times can be coarse: make the change visible however fine they are.
+        std::thread::sleep(Duration::from_millis(20));
+        let second = write("second");
+        resolver.loaded.lock().unwrap().checked -= RECHECK;
+        assert_eq!(resolver.current().cert[0].as_ref(), second.as_slice());
+        std::thread::sleep(Duration::from_millis(20));
+        write_private(&key, b"not a key").expect("w");
+        resolver.loaded.lock().unwrap().checked -= RECHECK;
+        assert_eq!(resolver.current().cert[0].as_ref(), second.as_slice(), "a pair that does not load is not served");
+    }
+
+    #[test]
+    fn old_tls_versions_are_refused_by_name() {
+        assert!(protocol_versions("VersionTLS13").is_ok());
+        assert!(protocol_versions("VersionTLS10").unwrap_err().0.contains("not supported"));
+        assert!(protocol_versions("TLS1.2").is_err());
+    }
+}
