@@ -153,6 +153,11 @@ impl ApiError {
         Self::new(409, "Conflict", message).with_details(StatusDetails { causes, ..Default::default() })
     }
 
+    /// 401: credentials no authenticator accepts (upstream's Status, with no details).
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
     /// 403 Forbidden (e.g. creating in a terminating namespace).
     pub fn forbidden(group: &str, resource: &str, name: &str, why: &str) -> Self {
         Self::new(403, "Forbidden", format!("{} \"{name}\" is forbidden: {why}", qualified(group, resource))).with_details(named(group, resource, name))

@@ -3,11 +3,14 @@
 //! This crate owns the cluster's PKI ([`pki`]: a CA, the serving certificate, the admin's client
 //! certificate and the ServiceAccount signing key, generated once and kept as 0600 files), the
 //! TLS server configuration built from upstream's flags with certificates reloaded when their
-//! files change ([`tls`]), and the user a verified client certificate names ([`user`]).
+//! files change ([`tls`]), the user a verified client certificate names ([`user`]), and
+//! authentication in upstream's order ([`authn`]: client certificate, static token file,
+//! anonymous).
 //!
 //! It never serves HTTP, routes a request or decides what a user may do: the HTTP surface
 //! carries a connection's verified certificates to the request, and authorization is RBAC's.
 
+pub mod authn;
 pub mod pki;
 pub mod tls;
 pub mod user;

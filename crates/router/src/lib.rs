@@ -13,6 +13,7 @@
 //! a gap: a shard that fails turns into a 503 Status or the clean end of a watch. The
 //! `shard-router` binary, which also runs shards as its child processes, is a package of its own.
 
+mod authn;
 mod forward;
 mod hub;
 mod list;
@@ -25,5 +26,5 @@ mod watch;
 mod whoami;
 
 pub use state::RouterState;
-pub use server::{connect_stores, serve, serve_shards, RouterConfig};
+pub use server::{connect_stores, serve, serve_shards, ClientFacing, RouterConfig};
 pub mod topology;

@@ -39,8 +39,18 @@ pub struct RouterConfig {
     /// Which resources are on an etcd of their own: the shards' contract, which this router
     /// reads revisions by.
     pub storage_contract: shardplane_storage::StorageContract,
-    /// TLS to serve with (RFC 0012); plain HTTP without.
+    /// How clients connect and are named (RFC 0012).
+    pub client_facing: ClientFacing,
+}
+
+/// How the router meets its clients (RFC 0012): over TLS or plain HTTP, and who each request
+/// comes from.
+#[derive(Clone, Debug, Default)]
+pub struct ClientFacing {
+    /// TLS to serve with; plain HTTP without.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// The authenticators, in upstream's order.
+    pub authenticator: Arc<shardplane_identity::authn::Authenticator>,
 }
 
 /// The router's state: the shards and its request surface (seats on fan-out, metrics).
@@ -72,12 +82,12 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
         return Err(std::io::Error::other("no shards: pass --shard-urls"));
     }
     let stores = connect_stores(&config.etcd_endpoints, &config.storage_contract).await?;
-    serve_shards(RouterState::connect(stores, config.shard_urls, config.bookmark_interval).await?, config.listen, config.tls, shutdown, on_listen).await
+    serve_shards(RouterState::connect(stores, config.shard_urls, config.bookmark_interval).await?, config.listen, config.client_facing, shutdown, on_listen).await
 }
 
-/// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`, over
-/// TLS when `tls` is given.
-pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
+/// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`, meeting
+/// clients as `clients` says.
+pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, clients: ClientFacing, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let count = shards.urls().len();
     // The router bounds what it fans out as a shard bounds what it serves (upstream defaults).
     let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() } };
@@ -85,22 +95,26 @@ pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, tls: Opt
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
     crate::membership::start(app.shards.clone(), format!("router-{}", listener.local_addr()?), app.surface.metrics.registry(), shutdown.clone());
-    match tls {
-        None => shardplane_http::serve::serve(listener, routes(app), Default::default(), shutdown).await,
-        Some(tls) => shardplane_http::serve::serve_tls(listener, routes(app), tls, Default::default(), shutdown).await,
+    let routes = routes(app, clients.authenticator);
+    match clients.tls {
+        None => shardplane_http::serve::serve(listener, routes, Default::default(), shutdown).await,
+        Some(tls) => shardplane_http::serve::serve_tls(listener, routes, tls, Default::default(), shutdown).await,
     }
 }
 
 /// The router's routes: its own health and metrics; every other path is a resource to route,
 /// or (naming none: discovery, OpenAPI, `/version`) the same on every shard and asked of one.
-fn routes(app: App) -> Router {
+fn routes(app: App, authenticator: Arc<shardplane_identity::authn::Authenticator>) -> Router {
     let mut r = Router::new();
     for (path, route) in [("/healthz", get(health)), ("/livez", get(health)), ("/readyz", get(readyz)), ("/metrics", get(metrics))] {
         let route = route.fallback(route_request);
         r = r.route(&format!("{path}/"), route.clone()).route(path, route);
     }
     r = r.route(crate::whoami::PATH, axum::routing::post(crate::whoami::self_subject_review).fallback(route_request));
-    r.fallback(route_request).layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>)).with_state(app)
+    r.fallback(route_request)
+        .layer(axum::middleware::from_fn_with_state(authenticator, crate::authn::authenticate))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>))
+        .with_state(app)
 }
 
 async fn health() -> Response<Body> {

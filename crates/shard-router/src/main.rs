@@ -70,6 +70,10 @@ struct Args {
     /// The lowest TLS version served: VersionTLS12 (the default) or VersionTLS13.
     #[arg(long, default_value = "VersionTLS12")]
     tls_min_version: String,
+    /// Bearer tokens and the users they name, as kube-apiserver's file: CSV records
+    /// `token,user,uid[,"group1,group2"]`.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
 }
 
 /// What the router serves TLS with, and the PKI when it made or found one.
@@ -132,6 +136,13 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let tokens = match args.token_auth_file.as_deref().map(shardplane_identity::authn::TokenFile::load).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("shard-router: --token-auth-file {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let shutdown = shardplane_shard::cli::shutdown_on_signal();
     let contract = match shardplane_storage::StorageContract::from_flag(args.storage_config.as_deref()) {
         Ok(c) => c,
@@ -191,7 +202,8 @@ async fn run(mut args: Args) -> std::process::ExitCode {
     };
     let kubeconfig = args.kubeconfig.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let result = serve_shards(shards, args.listen, tls, shutdown.clone(), move |addr| {
+    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens }) };
+    let result = serve_shards(shards, args.listen, clients, shutdown.clone(), move |addr| {
         let server = format!("{scheme}://{addr}");
         if let Some(dir) = kubeconfig.parent().filter(|d| !d.as_os_str().is_empty()) {
             let _ = std::fs::create_dir_all(dir);

@@ -1,6 +1,7 @@
 //! `shard-router --pki-dir` as a user runs it (RFC 0012): it makes the cluster PKI, serves
 //! HTTPS with it (HTTP/2 or HTTP/1.1, as ALPN chooses), writes a private kubeconfig that
-//! kubectl uses as the admin, and names each caller by the client certificate it verified.
+//! kubectl uses as the admin, and names each caller by the client certificate it verified or
+//! the token-file token it sent.
 
 mod common;
 
@@ -18,8 +19,10 @@ fn kubectl(kubeconfig: &std::path::Path, home: &std::path::Path, args: &[&str]) 
 async fn a_pki_dir_serves_https_that_kubectl_uses_as_the_admin_and_names_every_caller() {
     let etcd = Etcd::start().await;
     let dir = std::env::temp_dir().join(format!("shardplane-tls-{}", uuid::Uuid::new_v4()));
-    let (pki, kubeconfig, home) = (dir.join("pki"), dir.join("kubeconfig"), dir.join("home"));
-    let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "1", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap(), "--pki-dir", pki.to_str().unwrap()]);
+    let (pki, kubeconfig, home, tokens) = (dir.join("pki"), dir.join("kubeconfig"), dir.join("home"), dir.join("tokens.csv"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(&tokens, "s3cret,alice,uid-7,\"dev,ops\"\n").unwrap();
+    let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "1", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap(), "--pki-dir", pki.to_str().unwrap(), "--token-auth-file", tokens.to_str().unwrap()]);
     assert_eq!(std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777, 0o600, "the kubeconfig holds the admin's key");
     assert_eq!(std::fs::metadata(pki.join("ca.key")).unwrap().permissions().mode() & 0o777, 0o600);
 
@@ -55,6 +58,25 @@ async fn a_pki_dir_serves_https_that_kubectl_uses_as_the_admin_and_names_every_c
         assert_eq!((watch.status().as_u16(), watch.version()), (200, version));
         assert!(watch.text().await.unwrap().contains("\"ADDED\""), "the watch sent the namespaces");
     }
+
+    // A token of the token file names its user (kubectl sends it instead of the certificate);
+    // a token nobody knows is upstream's 401, not an anonymous request.
+    let (kc, h) = (kubeconfig.clone(), home.clone());
+    let ca_file = pki.join("ca.crt");
+    let out = tokio::task::spawn_blocking(move || {
+        let server = format!("--server=https://{}", std::fs::read_to_string(&kc).unwrap().lines().find_map(|l| l.trim().strip_prefix("server: https://").map(str::to_owned)).unwrap());
+        Command::new("/usr/lib/google-cloud-sdk/bin/kubectl.1.33").env("HOME", &h).env("KUBECONFIG", "/dev/null")
+            .args([server.as_str(), &format!("--certificate-authority={}", ca_file.display()), "--token=s3cret", "auth", "whoami", "-o", "json"]).output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let review: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(review["status"]["userInfo"], serde_json::json!({"username": "alice", "uid": "uid-7", "groups": ["dev", "ops", "system:authenticated"]}));
+    let ca_only = shardplane_http::outbound::client_builder().add_root_certificate(ca.clone()).build().unwrap();
+    let refused = ca_only.get(format!("{url}/api/v1/namespaces")).bearer_auth("wrong").send().await.unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    assert_eq!(refused.json::<serde_json::Value>().await.unwrap(), serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "Unauthorized", "reason": "Unauthorized", "code": 401}));
 
     // A client certificate from another CA is refused in the handshake; plain HTTP gets nothing.
     let stranger = shardplane_identity::pki::Authority::generate("another-ca").unwrap();

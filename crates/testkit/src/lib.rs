@@ -98,7 +98,7 @@ impl TestShard {
     pub async fn start_router_with(etcd_endpoints: &[String], shard_urls: Vec<String>, bookmark_interval: Duration, storage_contract: shardplane_storage::StorageContract) -> Self {
         let shutdown = CancellationToken::new();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls, etcd_endpoints: etcd_endpoints.to_vec(), bookmark_interval, storage_contract, tls: None };
+        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls, etcd_endpoints: etcd_endpoints.to_vec(), bookmark_interval, storage_contract, client_facing: Default::default() };
         let token = shutdown.clone();
         tokio::spawn(async move {
             shardplane_router::serve(rc, token, move |a| {
