@@ -37,6 +37,9 @@ impl Default for ConnectionLimits {
     }
 }
 
+/// The most HTTP/2 streams one connection may have open at once.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 1000;
+
 /// The certificate chain a TLS client presented and the handshake verified against the client
 /// CA (leaf first); absent on plain connections and for clients that sent none.
 #[derive(Clone, Debug)]
@@ -55,7 +58,8 @@ pub async fn serve_tls(listener: TcpListener, app: Router, tls: Arc<rustls::Serv
 async fn serve_with(listener: TcpListener, app: Router, tls: Option<tokio_rustls::TlsAcceptor>, limits: ConnectionLimits, shutdown: CancellationToken) -> std::io::Result<()> {
     let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     http.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read);
-    http.http2().timer(TokioTimer::new()).keep_alive_interval(Some(limits.header_read));
+    // Upstream's --http2-max-streams-per-connection default; each stream still takes a seat.
+    http.http2().timer(TokioTimer::new()).keep_alive_interval(Some(limits.header_read)).max_concurrent_streams(MAX_STREAMS_PER_CONNECTION);
     if tls.is_none() {
         // Plain connections speak HTTP/1.1 only, as upstream's (no cleartext HTTP/2).
         http = http.http1_only();
