@@ -197,8 +197,12 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
         }
     }
     let name = meta::meta_str(&obj, "name").to_owned();
-    if name.is_empty() {
-        let causes = meta::validate_object(info, &obj);
+    strategy::prepare_for_create(info, &mut obj);
+    // Checked as upstream checks it: after defaulting (RFC 0011), so that a field a default
+    // fills is never reported missing; and before the name picks an owner, since an invalid
+    // name (a generated one included) must be a 422 rather than a key to route.
+    let causes = meta::validate_object(info, &obj);
+    if !causes.is_empty() {
         return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
     }
     let key = shard.owned_key(info, &path_ns, &name)?;
@@ -206,13 +210,6 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
         check_namespace(shard, info, &path_ns, &name).await?;
     }
     crate::crds::refuse_create_if_terminating(shard, info)?;
-    strategy::prepare_for_create(info, &mut obj);
-    // Checked as upstream checks it: after defaulting (RFC 0011), so that a field a default
-    // fills is never reported missing.
-    let causes = meta::validate_object(info, &obj);
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
-    }
     crate::crds::admit(shard, info, &mut obj, Subresource::Main).await;
     crate::admission::admit_create(shard, info, &mut obj).await?;
     if dry {
