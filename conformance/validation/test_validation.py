@@ -835,6 +835,55 @@ IMMUTABLE_CASES = {
         ("nodeTopology.matchLabels.zone", "b"),
         [("FieldValueInvalid", "nodeTopology", 'Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"zone":"b"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable')],
     ),
+    "replica set selector": (
+        "/apis/apps/v1/namespaces/{ns}/replicasets",
+        deployment("rs"),
+        ("spec.selector", {"matchLabels": {"app": "rs", "tier": "x"}}),
+        [("FieldValueInvalid", "spec.selector", 'Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"rs", "tier":"x"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable')],
+    ),
+    "job selector": (
+        "/apis/batch/v1/namespaces/{ns}/jobs",
+        {"metadata": {"name": "j"}, "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}},
+        ("spec.selector", {"matchLabels": {"other": "x"}}),
+        [("FieldValueInvalid", "spec.selector", 'Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"other":"x"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable')],
+    ),
+    "priority class preemption policy": (
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        {"metadata": {"name": "pc-{suffix}"}, "value": 10, "preemptionPolicy": "Never"},
+        ("preemptionPolicy", "PreemptLowerPriority"),
+        [("FieldValueInvalid", "preemptionPolicy", 'Invalid value: "PreemptLowerPriority": field is immutable')],
+    ),
+    "storage class binding mode": (
+        "/apis/storage.k8s.io/v1/storageclasses",
+        {"metadata": {"name": "sc-{suffix}"}, "provisioner": "example.com/a", "volumeBindingMode": "Immediate"},
+        ("volumeBindingMode", "WaitForFirstConsumer"),
+        [("FieldValueInvalid", "volumeBindingMode", 'Invalid value: "WaitForFirstConsumer": field is immutable')],
+    ),
+    "cluster role binding role reference": (
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {"metadata": {"name": "crb-{suffix}"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "a"}, "subjects": [{"kind": "Group", "name": "g", "apiGroup": "rbac.authorization.k8s.io"}]},
+        ("roleRef.name", "b"),
+        [("FieldValueInvalid", "roleRef", 'Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"b"}: cannot change roleRef')],
+    ),
+    "immutable secret": (
+        "/api/v1/namespaces/{ns}/secrets",
+        {"metadata": {"name": "s"}, "stringData": {"a": "1"}, "immutable": True},
+        ("data.a", "Mg=="),
+        [("FieldValueForbidden", "data", "Forbidden: field is immutable when `immutable` is set")],
+    ),
+    "resource claim template spec": (
+        "/apis/resource.k8s.io/v1beta2/namespaces/{ns}/resourceclaimtemplates",
+        {"metadata": {"name": "rct"}, "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.example.com"}}]}}}},
+        ("spec.spec.devices.requests.0.exactly.count", 2),
+        # Upstream quotes the whole spec (Go's %#v): reason and field only.
+        [("FieldValueInvalid", "spec", None)],
+    ),
+    "resource slice pool": (
+        "/apis/resource.k8s.io/v1beta2/resourceslices",
+        {"metadata": {"name": "rs-{suffix}"}, "spec": {"driver": "a.example.com", "nodeName": "n1", "pool": {"name": "p", "resourceSliceCount": 1}}},
+        ("spec.pool.name", "q"),
+        [("FieldValueInvalid", "spec.pool.name", 'Invalid value: "q": field is immutable')],
+    ),
     "events.k8s.io event note": (
         "/apis/events.k8s.io/v1/namespaces/{ns}/events",
         {"metadata": {"name": "e"}, "eventTime": "2026-12-01T10:00:00.000000Z", "reportingController": "example.com/c", "reportingInstance": "i", "action": "A", "reason": "R", "note": "n",
