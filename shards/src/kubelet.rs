@@ -50,7 +50,9 @@ pub async fn serve(shard: &Shard, t: &Target, method: &str, path: &str, query: &
     let ns = t.namespace.clone().unwrap_or_default();
     let name = t.name.clone().unwrap_or_default();
     let key = shard.owned_key(&t.info, &ns, &name)?;
-    let (pod, _) = current_from(shard, &t.info, &key, &ns, &name, Source::CacheFirst).await?;
+    // Read from the store, as upstream's GET without a resourceVersion reads: a pod bound a
+    // moment ago must be seen bound (the cache may not have its binding yet).
+    let (pod, _) = current_from(shard, &t.info, &key, &ns, &name, Source::Etcd).await?;
     match sub {
         LOG => {
             log_options(&name, query)?;

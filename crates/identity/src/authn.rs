@@ -1,7 +1,8 @@
 //! Authentication as upstream orders it (RFC 0012): a verified client certificate first, then a
 //! bearer token from the static token file (`--token-auth-file`); the first that names a user
 //! wins, and every authenticated user is in `system:authenticated`. A request with no
-//! credential is anonymous (`system:anonymous`, group `system:unauthenticated`); one whose
+//! credential is anonymous (`system:anonymous`, group `system:unauthenticated`) unless
+//! anonymous requests are turned off (`--anonymous-auth=false`: upstream's 401); one whose
 //! bearer token no authenticator accepts is refused (upstream's 401), never taken as anonymous.
 
 use crate::user::{from_client_certificate, UserInfo};
@@ -61,10 +62,19 @@ impl TokenFile {
 pub struct Unauthorized;
 
 /// The authenticators a server runs, in upstream's order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Authenticator {
     /// `--token-auth-file`.
     pub tokens: Option<TokenFile>,
+    /// `--anonymous-auth`: whether a request without credentials is served as anonymous.
+    pub anonymous: bool,
+}
+
+impl Default for Authenticator {
+    /// No token file; anonymous requests allowed, upstream's default.
+    fn default() -> Self {
+        Self { tokens: None, anonymous: true }
+    }
 }
 
 impl Authenticator {
@@ -74,12 +84,13 @@ impl Authenticator {
         if let Some(user) = client_cert.and_then(from_client_certificate) {
             return Ok(user);
         }
-        let Some(header) = authorization.map(str::trim).filter(|h| !h.is_empty()) else { return Ok(anonymous()) };
+        let no_credential = || if self.anonymous { Ok(anonymous()) } else { Err(Unauthorized) };
+        let Some(header) = authorization.map(str::trim).filter(|h| !h.is_empty()) else { return no_credential() };
         // Upstream's bearer authenticator: the scheme is case-insensitive, the token not empty.
         let token = match header.split_once(' ') {
             Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") && !token.trim().is_empty() => token.trim(),
             // Another scheme (Basic, …) is not a credential any authenticator here reads.
-            _ => return Ok(anonymous()),
+            _ => return no_credential(),
         };
         self.tokens.as_ref().and_then(|t| t.user(token)).cloned().ok_or(Unauthorized)
     }
@@ -103,7 +114,7 @@ mod tests {
 
     #[test]
     fn a_certificate_wins_then_a_token_and_a_bad_token_is_never_anonymous() {
-        let auth = Authenticator { tokens: Some(TokenFile::parse(FILE, "t.csv").unwrap()) };
+        let auth = Authenticator { tokens: Some(TokenFile::parse(FILE, "t.csv").unwrap()), anonymous: true };
         let ca = crate::pki::Authority::generate("ca").unwrap();
         let (cert, _) = ca.client_certificate("carol", None).unwrap();
         let der = CertificateDer::from(cert.der().to_vec());
@@ -113,5 +124,9 @@ mod tests {
         assert_eq!(Authenticator::default().authenticate(None, Some("Bearer secret-2")), Err(Unauthorized), "no token file: no token is good");
         assert_eq!(auth.authenticate(None, None), Ok(anonymous()));
         assert_eq!(auth.authenticate(None, Some("Basic YTpi")), Ok(anonymous()));
+        let closed = Authenticator { anonymous: false, ..auth };
+        assert_eq!(closed.authenticate(None, None), Err(Unauthorized), "--anonymous-auth=false");
+        assert_eq!(closed.authenticate(None, Some("Bearer secret-1")).unwrap().name, "alice");
+        assert_eq!(closed.authenticate(Some(&der), None).unwrap().name, "carol");
     }
 }

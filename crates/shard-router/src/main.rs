@@ -74,6 +74,10 @@ struct Args {
     /// `token,user,uid[,"group1,group2"]`.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Whether a request without credentials is served, as `system:anonymous`
+    /// (`--anonymous-auth=false`: upstream's 401 instead).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
 }
 
 /// What the router serves TLS with, and the PKI when it made or found one.
@@ -202,7 +206,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
     };
     let kubeconfig = args.kubeconfig.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens }) };
+    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens, anonymous: args.anonymous_auth }) };
     let result = serve_shards(shards, args.listen, clients, shutdown.clone(), move |addr| {
         let server = format!("{scheme}://{addr}");
         if let Some(dir) = kubeconfig.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -88,3 +88,25 @@ async fn a_pki_dir_serves_https_that_kubectl_uses_as_the_admin_and_names_every_c
     drop(started);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn without_anonymous_requests_only_a_credential_is_served() {
+    let etcd = Etcd::start().await;
+    let dir = std::env::temp_dir().join(format!("shardplane-tls-{}", uuid::Uuid::new_v4()));
+    let (pki, kubeconfig, home) = (dir.join("pki"), dir.join("kubeconfig"), dir.join("home"));
+    let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "1", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap(), "--pki-dir", pki.to_str().unwrap(), "--anonymous-auth=false"]);
+    let (kc, h) = (kubeconfig.clone(), home.clone());
+    wait_for(Duration::from_secs(30), || {
+        let (kc, h) = (kc.clone(), h.clone());
+        async move { tokio::task::spawn_blocking(move || kubectl(&kc, &h, &["get", "namespace", "default", "-o", "name"])).await.unwrap().status.success() }
+    })
+    .await;
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
+    let no_credential = shardplane_http::outbound::client_builder().add_root_certificate(ca).build().unwrap();
+    for path in ["/api/v1/namespaces", "/healthz", "/version"] {
+        let answer = no_credential.get(format!("https://{}{path}", started.addr)).send().await.unwrap();
+        assert_eq!(answer.status().as_u16(), 401, "{path}");
+    }
+    drop(started);
+    let _ = std::fs::remove_dir_all(&dir);
+}
