@@ -25,7 +25,7 @@ for deb in "$work"/*.deb; do dpkg -x "$deb" "$work/root"; done
 src="$work/root/usr/share/gocode/src"
 # Every served group's API package (k8s.io/api/<group>/<version>), as one list for the compiler and the
 # omitempty scan below.
-groups="core/v1 apps/v1 batch/v1 coordination/v1 autoscaling/v1 autoscaling/v2 policy/v1 rbac/v1 discovery/v1 events/v1 networking/v1 node/v1 scheduling/v1 storage/v1 certificates/v1 flowcontrol/v1 resource/v1beta1"
+groups="core/v1 authentication/v1 authorization/v1 apps/v1 batch/v1 coordination/v1 autoscaling/v1 autoscaling/v2 policy/v1 rbac/v1 discovery/v1 events/v1 networking/v1 node/v1 scheduling/v1 storage/v1 certificates/v1 flowcontrol/v1 resource/v1beta1"
 protos=()
 for g in $groups; do protos+=("k8s.io/api/$g/generated.proto"); done
 "$protox" --proto_path="$src" --proto_path=/usr/include --include_imports --descriptor_set_out="$root/crates/apimachinery/proto/kubernetes.fds" \

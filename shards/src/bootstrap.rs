@@ -4,6 +4,7 @@ use crate::shard::Shard;
 use serde_json::Value;
 use shardplane_apimachinery::kind_rules;
 use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_identity::rbac::bootstrap as rbac_bootstrap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,24 +23,12 @@ fn kubernetes_service() -> Value {
     })
 }
 
-/// The `cluster-admin` ClusterRole and its binding to `system:masters`, as upstream's RBAC
-/// bootstrap policy writes them (the rest of that policy comes with RBAC enforcement).
-fn cluster_admin() -> [Value; 2] {
-    let meta = serde_json::json!({"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}, "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}});
-    [
-        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": meta,
-            "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, {"nonResourceURLs": ["*"], "verbs": ["*"]}]}),
-        serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": meta,
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:masters"}]}),
-    ]
-}
-
 /// Creates what kube-apiserver creates at start, where this shard owns it and it is absent
 /// (retrying until etcd answers): the bootstrap namespaces, their `default` ServiceAccounts and
-/// the `default/kubernetes` Service (its bootstrap controller), the system priority classes (the scheduling group's post-start
-/// hook), `cluster-admin` (the RBAC bootstrap policy), and API Priority and Fairness'
-/// mandatory and suggested FlowSchemas and PriorityLevelConfigurations.
+/// the `default/kubernetes` Service (its bootstrap controller), the system priority classes (the
+/// scheduling group's post-start hook), the RBAC bootstrap policy's ClusterRoles and
+/// ClusterRoleBindings, and API Priority and Fairness' mandatory and suggested FlowSchemas and
+/// PriorityLevelConfigurations.
 pub async fn bootstrap(shard: Arc<Shard>) {
     let ns_info = shard.builtin("", "namespaces");
     let svc_info = shard.builtin("", "services");
@@ -50,15 +39,17 @@ pub async fn bootstrap(shard: Arc<Shard>) {
         .chain([(svc_info, "default", "kubernetes", kubernetes_service())])
         // Each bootstrap namespace's default service account (the service-account controller's).
         .chain(BOOTSTRAP.iter().map(|ns| (shard.builtin("", "serviceaccounts"), *ns, shardplane_apimachinery::service_accounts::DEFAULT_SERVICE_ACCOUNT, shardplane_apimachinery::service_accounts::default_service_account(ns))))
-        .chain(kind_rules::SYSTEM_PRIORITY_CLASSES.iter().map(|(name, value, description)| (pc_info.clone(), "", *name, kind_rules::system_priority_class(name, *value, description))))
-        .chain(cluster_admin().into_iter().zip(["clusterroles", "clusterrolebindings"]).map(|(obj, plural)| (shard.builtin("rbac.authorization.k8s.io", plural), "", "cluster-admin", obj)));
+        .chain(kind_rules::SYSTEM_PRIORITY_CLASSES.iter().map(|(name, value, description)| (pc_info.clone(), "", *name, kind_rules::system_priority_class(name, *value, description))));
+    // The RBAC bootstrap policy; names are taken out of each object below, as for flowcontrol.
+    let (cr_info, crb_info) = (shard.builtin("rbac.authorization.k8s.io", "clusterroles"), shard.builtin("rbac.authorization.k8s.io", "clusterrolebindings"));
+    let rbac: Vec<(Arc<ResourceInfo>, Value)> = rbac_bootstrap::cluster_roles().into_iter().map(|o| (cr_info.clone(), o)).chain(rbac_bootstrap::cluster_role_bindings().into_iter().map(|o| (crb_info.clone(), o))).collect();
     // API Priority and Fairness' mandatory and suggested configuration (its config-producer
     // post-start hook); names are taken out of each object below.
     let pl_info = shard.builtin("flowcontrol.apiserver.k8s.io", "prioritylevelconfigurations");
     let fs_info = shard.builtin("flowcontrol.apiserver.k8s.io", "flowschemas");
-    let flowcontrol: Vec<(Arc<ResourceInfo>, Value)> = kind_rules::flowcontrol::priority_levels().into_iter().map(|o| (pl_info.clone(), o)).chain(kind_rules::flowcontrol::flow_schemas().into_iter().map(|o| (fs_info.clone(), o))).collect();
-    let names: Vec<String> = flowcontrol.iter().map(|(_, o)| o["metadata"]["name"].as_str().unwrap_or("").to_owned()).collect();
-    let objects = objects.chain(flowcontrol.into_iter().zip(names.iter()).map(|((info, obj), name)| (info, "", name.as_str(), obj)));
+    let named: Vec<(Arc<ResourceInfo>, Value)> = kind_rules::flowcontrol::priority_levels().into_iter().map(|o| (pl_info.clone(), o)).chain(kind_rules::flowcontrol::flow_schemas().into_iter().map(|o| (fs_info.clone(), o))).chain(rbac).collect();
+    let names: Vec<String> = named.iter().map(|(_, o)| o["metadata"]["name"].as_str().unwrap_or("").to_owned()).collect();
+    let objects = objects.chain(named.into_iter().zip(names.iter()).map(|((info, obj), name)| (info, "", name.as_str(), obj)));
     for (info, namespace, name, mut obj) in objects {
         let Ok(key) = shard.owned_key(&info, namespace, name) else { continue };
         shardplane_apimachinery::defaults::set_defaults(&info, &mut obj);

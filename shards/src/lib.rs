@@ -17,6 +17,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod crds;
 pub mod informer;
+pub mod rbac_aggregation;
 mod kubelet;
 pub mod membership;
 pub mod namespaces;

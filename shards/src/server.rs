@@ -76,6 +76,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::crds::run_cleanup(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::bootstrap::bootstrap(shard.clone()));
+    tokio::spawn(crate::rbac_aggregation::run(shard.clone()));
     let limits = InflightLimits::new(config.max_requests_inflight, config.max_mutating_inflight);
     let shard_for_members = shard.clone();
     let app = router(shard, limits);

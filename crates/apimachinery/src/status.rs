@@ -163,6 +163,12 @@ impl ApiError {
         Self::new(403, "Forbidden", format!("{} \"{name}\" is forbidden: {why}", qualified(group, resource))).with_details(named(group, resource, name))
     }
 
+    /// 403 Forbidden with a message already worded (the authorizer's, naming the user and what
+    /// was asked); the details name the resource and object, empty for a non-resource path.
+    pub fn forbidden_worded(group: &str, resource: &str, name: &str, message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message).with_details(named(group, resource, name))
+    }
+
     /// 410 Expired, with an optional inconsistent continue token in `metadata.continue`.
     pub fn expired(message: impl Into<String>, continue_token: Option<String>) -> Self {
         let mut e = Self::new(410, "Expired", message);

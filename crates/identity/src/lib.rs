@@ -5,12 +5,15 @@
 //! TLS server configuration built from upstream's flags with certificates reloaded when their
 //! files change ([`tls`]), the user a verified client certificate names ([`user`]), and
 //! authentication in upstream's order ([`authn`]: client certificate, static token file,
-//! anonymous).
+//! anonymous), and RBAC's decision over a snapshot of the RBAC objects with upstream's
+//! bootstrap policy ([`rbac`]).
 //!
-//! It never serves HTTP, routes a request or decides what a user may do: the HTTP surface
-//! carries a connection's verified certificates to the request, and authorization is RBAC's.
+//! It never serves HTTP, routes a request or reads the store: the HTTP surface carries a
+//! connection's verified certificates to the request, and the router follows the RBAC objects
+//! and asks [`rbac::Policy`] about each request.
 
 pub mod authn;
 pub mod pki;
+pub mod rbac;
 pub mod tls;
 pub mod user;

@@ -10,7 +10,7 @@ pub const AUTHENTICATED: &str = "system:authenticated";
 pub const MASTERS: &str = "system:masters";
 
 /// Who a request comes from.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct UserInfo {
     /// The user's name (`system:serviceaccount:ns:name` for a ServiceAccount).
     pub name: String,

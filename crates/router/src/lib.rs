@@ -14,11 +14,13 @@
 //! `shard-router` binary, which also runs shards as its child processes, is a package of its own.
 
 mod authn;
+pub mod authz;
 mod forward;
 mod hub;
 mod list;
 mod list_stream;
 mod membership;
+mod reviews;
 mod server;
 mod state;
 mod upstream;

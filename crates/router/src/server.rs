@@ -21,6 +21,8 @@ use shardplane_http::metrics::Metrics;
 use shardplane_http::protocol::GENERATED_NAME_HEADER;
 use shardplane_http::request::prologue;
 use shardplane_http::{body, readiness, Api, Reply, RequestContext, Surface};
+use crate::authz::Authorizer;
+use shardplane_identity::user::UserInfo;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
@@ -51,6 +53,8 @@ pub struct ClientFacing {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// The authenticators, in upstream's order.
     pub authenticator: Arc<shardplane_identity::authn::Authenticator>,
+    /// `--authorization-mode` (empty: upstream's default, `AlwaysAllow`).
+    pub authorization: Vec<crate::authz::Mode>,
 }
 
 /// The router's state: the shards and its request surface (seats on fan-out, metrics).
@@ -58,6 +62,14 @@ pub struct ClientFacing {
 struct App {
     shards: Arc<RouterState>,
     surface: Surface,
+    /// Decides every request after authentication.
+    authz: Arc<Authorizer>,
+}
+
+impl axum::extract::FromRef<App> for Arc<Authorizer> {
+    fn from_ref(app: &App) -> Self {
+        app.authz.clone()
+    }
 }
 
 impl Api for App {
@@ -90,7 +102,9 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
 pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, clients: ClientFacing, shutdown: CancellationToken, on_listen: impl FnOnce(SocketAddr)) -> std::io::Result<()> {
     let count = shards.urls().len();
     // The router bounds what it fans out as a shard bounds what it serves (upstream defaults).
-    let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() } };
+    let modes = if clients.authorization.is_empty() { vec![crate::authz::Mode::AlwaysAllow] } else { clients.authorization.clone() };
+    let authz = Arc::new(Authorizer::start(modes, &shards.stores, &shutdown));
+    let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() }, authz };
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
@@ -111,7 +125,17 @@ fn routes(app: App, authenticator: Arc<shardplane_identity::authn::Authenticator
         r = r.route(&format!("{path}/"), route.clone()).route(path, route);
     }
     r = r.route(crate::whoami::PATH, axum::routing::post(crate::whoami::self_subject_review).fallback(route_request));
+    {
+        use crate::reviews::*;
+        r = r
+            .route(SELF_SUBJECT_ACCESS, axum::routing::post(self_subject_access).fallback(route_request))
+            .route(SUBJECT_ACCESS, axum::routing::post(subject_access).fallback(route_request))
+            .route(LOCAL_SUBJECT_ACCESS, axum::routing::post(local_subject_access).fallback(route_request))
+            .route(SELF_SUBJECT_RULES, axum::routing::post(self_subject_rules).fallback(route_request));
+    }
+    // Layers run last-added first: the prologue, then authentication, then authorization.
     r.fallback(route_request)
+        .layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::authz::authorize))
         .layer(axum::middleware::from_fn_with_state(authenticator, crate::authn::authenticate))
         .layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>))
         .with_state(app)
@@ -139,11 +163,12 @@ async fn metrics(State(app): State<App>) -> Response<Body> {
     r
 }
 
-async fn route_request(State(app): State<App>, ctx: RequestContext) -> Reply {
-    Ok(route(&app, ctx).await?)
+async fn route_request(State(app): State<App>, user: Option<axum::Extension<UserInfo>>, ctx: RequestContext) -> Reply {
+    let user = user.map_or_else(shardplane_identity::authn::anonymous, |axum::Extension(u)| u);
+    Ok(route(&app, &user, ctx).await?)
 }
 
-async fn route(app: &App, ctx: RequestContext) -> Result<Response<Body>, ApiError> {
+async fn route(app: &App, user: &UserInfo, ctx: RequestContext) -> Result<Response<Body>, ApiError> {
     let shards = &app.shards;
     let pq = ctx.path_and_query();
     let (method, headers) = (&ctx.method, &ctx.headers);
@@ -156,12 +181,41 @@ async fn route(app: &App, ctx: RequestContext) -> Result<Response<Body>, ApiErro
         // Discovery, OpenAPI and /version are the same on every shard.
         return shards.forward(&shards.urls()[0], &Forwarded { method, path_and_query: &pq, headers, body: ctx.body.clone() }).await;
     };
+    if app.authz.uses_rbac() && t.info.group == RBAC_GROUP && t.subresource.is_none() && matches!(*method, Method::POST | Method::PUT | Method::PATCH) {
+        if let Err(refused) = check_rbac_write(app, user, &ctx, &t, &pq).await {
+            return refused;
+        }
+    }
     let answer = route_resource(app, &ctx, &t, &pq).await;
     // A CRD written through this router is served by it from the writer's next request on.
     if kind_rules::is_crd(&t.info) && method != Method::GET && answer.as_ref().is_ok_and(|r| r.status().is_success()) {
         shards.catalog.note_write();
     }
     answer
+}
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
+/// RBAC's escalation check on a write of a role or binding (`Err` holds the answer to give
+/// instead: a 403, or the error a patch's dry run met). A create or update is checked as sent; a
+/// patch as its dry run (sent to the owner first) says the object would be.
+async fn check_rbac_write(app: &App, user: &UserInfo, ctx: &RequestContext, t: &Target, pq: &str) -> Result<(), Result<Response<Body>, ApiError>> {
+    let ns = t.namespace.clone().unwrap_or_default();
+    let obj = if ctx.method == Method::PATCH {
+        let Some(name) = t.name.as_deref() else { return Ok(()) };
+        let dry_run = format!("{pq}{}dryRun=All", if pq.contains('?') { '&' } else { '?' });
+        let request = Forwarded { method: &ctx.method, path_and_query: &dry_run, headers: &ctx.headers, body: ctx.body.clone() };
+        let shards = &app.shards;
+        let resp = shards.routed(|| shards.forward_to_owner(&t.info, &ns, name, &request)).await.map_err(Err)?;
+        if !resp.status().is_success() {
+            return Err(Ok(resp));
+        }
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.map_err(|e| Err(ApiError::unavailable(format!("dry run: {e}"))))?;
+        serde_json::from_slice(&bytes).map_err(|e| Err(ApiError::internal(format!("dry run answered something other than JSON: {e}"))))?
+    } else {
+        body::decode_object(&ctx.headers, &ctx.body).map_err(Err)?
+    };
+    app.authz.check_rbac_write(user, &t.info.plural, &ns, &obj).await.map_err(Err)
 }
 
 /// A path under `/apis/` naming a group, a group version or anything below one that none of

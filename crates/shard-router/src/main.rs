@@ -78,6 +78,10 @@ struct Args {
     /// (`--anonymous-auth=false`: upstream's 401 instead).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// How requests are authorized, in order, as kube-apiserver's flag: AlwaysAllow (upstream's
+    /// default), AlwaysDeny, RBAC (RFC 0012), comma-separated.
+    #[arg(long, default_value = "AlwaysAllow")]
+    authorization_mode: String,
 }
 
 /// What the router serves TLS with, and the PKI when it made or found one.
@@ -147,6 +151,13 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let authorization = match shardplane_router::authz::parse_modes(&args.authorization_mode) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("shard-router: --authorization-mode: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let shutdown = shardplane_shard::cli::shutdown_on_signal();
     let contract = match shardplane_storage::StorageContract::from_flag(args.storage_config.as_deref()) {
         Ok(c) => c,
@@ -206,7 +217,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
     };
     let kubeconfig = args.kubeconfig.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens, anonymous: args.anonymous_auth }) };
+    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens, anonymous: args.anonymous_auth }), authorization };
     let result = serve_shards(shards, args.listen, clients, shutdown.clone(), move |addr| {
         let server = format!("{scheme}://{addr}");
         if let Some(dir) = kubeconfig.parent().filter(|d| !d.as_os_str().is_empty()) {

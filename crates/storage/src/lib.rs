@@ -12,6 +12,7 @@
 mod compaction;
 pub mod contract;
 pub mod follow;
+pub mod informer;
 pub mod members;
 pub mod range_map;
 pub mod space;

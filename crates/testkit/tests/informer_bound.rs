@@ -33,7 +33,7 @@ async fn past_its_bound_a_kind_is_let_go_and_read_again_once_it_fits() {
     let fourth = store.create(&key("lr-3"), limit_range("lr-3")).await.unwrap();
     wait_for(Duration::from_secs(10), || async { informers.objects("", "limitranges").await.is_err() }).await;
     let err = informers.objects("", "limitranges").await.unwrap_err();
-    assert_eq!((err.code, err.message.as_str()), (503, "more than 3 limitranges: too many for admission to hold"));
+    assert_eq!((err.code, err.message.as_str()), (503, "admission: more than 3 limitranges: too many to hold"));
 
     // Back under the bound: listed again (after the follower's pause) and read.
     store.delete(&key("lr-3"), fourth).await.unwrap();
@@ -41,5 +41,30 @@ async fn past_its_bound_a_kind_is_let_go_and_read_again_once_it_fits() {
     wait_for(Duration::from_secs(30), || async { informers.objects("", "limitranges").await.is_ok_and(|o| o.len() == 2) }).await;
     // The other kinds were never affected.
     assert!(informers.objects("scheduling.k8s.io", "priorityclasses").await.is_ok());
+    stop.cancel();
+}
+
+/// An informer asked for progress is current while its store confirms it, and stops being
+/// current once the store no longer answers (what RBAC's staleness bound rests on, RFC 0012).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_informer_is_current_only_while_its_store_confirms_progress() {
+    use shardplane_storage::informer::{InformerOptions, Informers as StoreInformers};
+    // An etcd process of its own, whatever the store under test: it is stopped below.
+    let etcd = Etcd::start_process(&[]).await;
+    let store = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
+    let stop = CancellationToken::new();
+    let bound = Duration::from_secs(1);
+    let informers = StoreInformers::start(&[("", "limitranges")], |_, _| store.clone(), &stop, InformerOptions { max: 10, progress_every: Some(Duration::from_millis(100)) });
+    store.create(&key("lr-0"), limit_range("lr-0")).await.unwrap();
+    wait_for(Duration::from_secs(10), || async { informers.objects("", "limitranges").await.is_ok_and(|o| o.len() == 1) }).await;
+    // Current, and still current well after the last change: progress keeps confirming it.
+    tokio::time::sleep(bound * 2).await;
+    assert!(informers.current_within(bound), "progress reports keep an idle kind current");
+    // The store stops answering (SIGSTOP): within the bound the kind is no longer current.
+    let pid = etcd.pid().to_string();
+    assert!(std::process::Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    wait_for(Duration::from_secs(10), || async { !informers.current_within(bound) }).await;
+    assert!(std::process::Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    wait_for(Duration::from_secs(30), || async { informers.current_within(bound) }).await;
     stop.cancel();
 }
