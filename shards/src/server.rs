@@ -285,6 +285,11 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
     if t.info.backing == Backing::Probed {
         return Ok(crate::component_status::serve(shard, &t, ctx.method.as_str(), query, view).await?);
     }
+    if t.info.backing == Backing::Review {
+        // Answered by the router, which authenticates and authorizes (RFC 0012); a shard
+        // stores nothing for one and decides nothing.
+        return Err(ApiError::unavailable(format!("{} are answered by the router, not by a shard", t.info.plural)).into());
+    }
     let create_only = t.info.backing == Backing::CreateOnly;
     if create_only || t.subresource.as_deref() == Some("binding") {
         // Binding a pod (`pods/{name}/binding`, or the `bindings` collection): POST only.

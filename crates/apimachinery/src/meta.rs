@@ -123,6 +123,12 @@ pub fn now_rfc3339() -> String {
     jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
+/// A Unix time (seconds) as upstream writes `metav1.Time`.
+pub fn rfc3339_at(unix_seconds: u64) -> String {
+    let at = i64::try_from(unix_seconds).ok().and_then(|s| jiff::Timestamp::from_second(s).ok()).unwrap_or(jiff::Timestamp::MAX);
+    at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
 /// A new object uid (random UUID v4, canonical text form).
 pub fn new_uid() -> String {
     uuid::Uuid::new_v4().to_string()

@@ -129,8 +129,8 @@ pub fn group_version_document(resources: &[Arc<ResourceInfo>], group: &str, vers
         }, "required": true});
         match r.backing {
             Backing::Stored => {}
-            Backing::CreateOnly => {
-                // Only created (core/v1 bindings): a POST and nothing else.
+            Backing::CreateOnly | Backing::Review => {
+                // Only created (core/v1 bindings, the reviews): a POST and nothing else.
                 paths.insert(coll.clone(), json!({"post": op("post", "create", Some(json_body.clone()), write_params()), "parameters": scope_params}));
                 continue;
             }

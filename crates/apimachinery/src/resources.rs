@@ -76,6 +76,10 @@ pub enum Backing {
     /// Computed when read, never stored: core/v1 `componentstatuses`, upstream's probes of the
     /// control plane's components (GET and LIST only; any shard answers the same).
     Probed,
+    /// Created and answered at once, never stored: the reviews of authentication.k8s.io and
+    /// authorization.k8s.io (`TokenReview`, `SelfSubjectAccessReview`, …), answered where the
+    /// caller is authenticated and authorized, the router (RFC 0012).
+    Review,
 }
 
 /// Where a converted built-in version's objects are kept (RFC 0011): autoscaling/v1
@@ -245,6 +249,35 @@ fn bindings() -> ResourceInfo {
     }
 }
 
+/// A review of authentication.k8s.io/v1 or authorization.k8s.io/v1 (see [`Backing::Review`]).
+fn review(group: &str, kind: &str, namespaced: bool) -> ResourceInfo {
+    let plural = format!("{}s", kind.to_ascii_lowercase());
+    ResourceInfo {
+        group: group.into(),
+        version: "v1".into(),
+        kind: kind.into(),
+        list_kind: format!("{kind}List"),
+        singular: kind.to_ascii_lowercase(),
+        plural,
+        namespaced,
+        backing: Backing::Review,
+        ..bindings()
+    }
+}
+
+/// The reviews, in upstream's discovery order.
+fn reviews() -> [ResourceInfo; 6] {
+    let (authn, authz) = ("authentication.k8s.io", "authorization.k8s.io");
+    [
+        review(authn, "SelfSubjectReview", false),
+        review(authn, "TokenReview", false),
+        review(authz, "LocalSubjectAccessReview", true),
+        review(authz, "SelfSubjectAccessReview", false),
+        review(authz, "SelfSubjectRulesReview", false),
+        review(authz, "SubjectAccessReview", false),
+    ]
+}
+
 /// core/v1 `componentstatuses` (`cs`): probed when read (see [`Backing::Probed`]).
 fn component_statuses() -> ResourceInfo {
     use k8s_openapi::api::core::v1::ComponentStatus;
@@ -292,7 +325,7 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
     let resource_claim = Extra { returns_deleted_object: true, ..status };
     let resource_claim_template = Extra { returns_deleted_object: true, ..Extra::PLAIN };
     let resource_slice = Extra { tracks_generation: true, returns_deleted_object: true, selectable_fields: &["spec.nodeName", "spec.driver"], ..Extra::PLAIN };
-    vec![
+    let mut all = vec![
         builtin::<core::Namespace>(Extra {
             short_names: &["ns"],
             has_status: true,
@@ -365,6 +398,9 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
         builtin::<discovery::EndpointSlice>(Extra::PLAIN),
         // Selectable by the core names its field labels map to (crate::conversion::field_label).
         converted::<events::Event>(Extra { short_names: &["ev"], selectable_fields: EVENT_FIELDS, ..Extra::PLAIN }, StoredAs::CoreEvents),
+    ];
+    all.extend(reviews());
+    all.extend([
         builtin::<networking::Ingress>(Extra { short_names: &["ing"], tracks_generation: true, ..status }),
         builtin::<networking::IngressClass>(Extra::PLAIN),
         builtin::<networking::NetworkPolicy>(Extra { short_names: &["netpol"], tracks_generation: true, ..Extra::PLAIN }),
@@ -399,7 +435,8 @@ pub fn builtin_resources() -> Vec<ResourceInfo> {
             returns_deleted_object: true,
             ..Extra::PLAIN
         }),
-    ]
+    ]);
+    all
 }
 
 

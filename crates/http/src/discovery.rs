@@ -119,7 +119,8 @@ struct Subresource {
     verbs: &'static [&'static str],
 }
 
-/// The subresources of `r`: `status`, `scale`, a pod's `binding`, a namespace's `finalize`.
+/// The subresources of `r`: `status`, `scale`, a pod's `binding`, a namespace's `finalize`, a
+/// ServiceAccount's `token`, ….
 fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
     let own = || (r.group.clone(), r.version.clone(), r.kind.clone());
     let mut out = Vec::new();
@@ -141,6 +142,10 @@ fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
     if r.group.is_empty() && r.plural == "namespaces" {
         out.push(Subresource { name: "finalize", kind: own(), verbs: &["update"] });
     }
+    if r.group.is_empty() && r.plural == "serviceaccounts" {
+        // TokenRequest, answered by the router that holds the signing key (RFC 0012).
+        out.push(Subresource { name: "token", kind: ("authentication.k8s.io".into(), "v1".into(), "TokenRequest".into()), verbs: &["create"] });
+    }
     if has_scale(r) {
         out.push(Subresource { name: "scale", kind: ("autoscaling".into(), "v1".into(), "Scale".into()), verbs: &["get", "patch", "update"] });
     }
@@ -154,7 +159,7 @@ fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
 fn verbs(r: &ResourceInfo) -> &'static [&'static str] {
     match r.backing {
         Backing::Stored => &VERBS,
-        Backing::CreateOnly => &["create"],
+        Backing::CreateOnly | Backing::Review => &["create"],
         Backing::Probed => &["get", "list"],
     }
 }

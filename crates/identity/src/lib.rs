@@ -15,5 +15,6 @@
 pub mod authn;
 pub mod pki;
 pub mod rbac;
+pub mod service_accounts;
 pub mod tls;
 pub mod user;

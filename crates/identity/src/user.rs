@@ -18,6 +18,9 @@ pub struct UserInfo {
     pub uid: String,
     /// The user's groups, `system:authenticated` last as upstream adds it.
     pub groups: Vec<String>,
+    /// Extra attributes (a ServiceAccount token's pod and credential id: upstream's
+    /// `authentication.kubernetes.io/…` keys).
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 impl UserInfo {
@@ -26,7 +29,7 @@ impl UserInfo {
         if !groups.iter().any(|g| g == AUTHENTICATED) {
             groups.push(AUTHENTICATED.to_owned());
         }
-        Self { name: name.into(), uid: uid.into(), groups }
+        Self { name: name.into(), uid: uid.into(), groups, extra: Default::default() }
     }
 }
 
@@ -55,7 +58,7 @@ mod tests {
             let (cert, _key) = ca.client_certificate("jane", group).expect("client");
             from_client_certificate(&rustls::pki_types::CertificateDer::from(cert.der().to_vec())).expect("a user")
         };
-        assert_eq!(user(Some("dev")), UserInfo { name: "jane".into(), uid: String::new(), groups: vec!["dev".into(), AUTHENTICATED.into()] });
+        assert_eq!(user(Some("dev")), UserInfo { name: "jane".into(), uid: String::new(), groups: vec!["dev".into(), AUTHENTICATED.into()], ..Default::default() });
         assert_eq!(user(None).groups, [AUTHENTICATED]);
         let (server, _) = ca.server_certificate("", &["127.0.0.1"]).expect("no CN");
         assert_eq!(from_client_certificate(&rustls::pki_types::CertificateDer::from(server.der().to_vec())), None, "a certificate without a CN names nobody");

@@ -31,6 +31,20 @@ impl RouterState {
         self.forward(&owner, request).await
     }
 
+    /// The core/v1 object `plural/name` of `namespace` ("" for a cluster-scoped one) as its owner
+    /// has it now, or `None` when it does not exist (what the router itself reads: a token's
+    /// ServiceAccount and bound object).
+    pub async fn core_object(&self, plural: &str, namespace: &str, name: &str) -> Result<Option<serde_json::Value>, ApiError> {
+        let info = self.catalog.now().find("", "v1", plural).cloned().ok_or_else(|| ApiError::internal(format!("{plural} are not served")))?;
+        let path = if namespace.is_empty() { format!("/api/v1/{plural}/{name}") } else { format!("/api/v1/namespaces/{namespace}/{plural}/{name}") };
+        let (status, _, v) = self.routed(|| async { self.get_json(&self.owner(&info, namespace, name), &path, None).await }).await?;
+        match status {
+            StatusCode::OK => Ok(Some(v)),
+            StatusCode::NOT_FOUND => Ok(None),
+            other => Err(ApiError::unavailable(format!("reading {plural} {namespace}/{name}: the shard answered {other}"))),
+        }
+    }
+
     /// A request to a shard, stamped with the epoch it is routed under.
     pub fn request(&self, method: Method, url: String) -> reqwest::RequestBuilder {
         self.http.request(method, url).header(EPOCH_HEADER, self.epoch())

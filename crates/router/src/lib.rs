@@ -13,7 +13,7 @@
 //! a gap: a shard that fails turns into a 503 Status or the clean end of a watch. The
 //! `shard-router` binary, which also runs shards as its child processes, is a package of its own.
 
-mod authn;
+pub mod authn;
 pub mod authz;
 mod forward;
 mod hub;
@@ -23,6 +23,7 @@ mod membership;
 mod reviews;
 mod server;
 mod state;
+mod tokens;
 mod upstream;
 mod watch;
 mod whoami;

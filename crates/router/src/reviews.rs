@@ -31,8 +31,8 @@ fn caller(user: Option<Extension<UserInfo>>) -> UserInfo {
     user.map_or_else(shardplane_identity::authn::anonymous, |Extension(u)| u)
 }
 
-/// The review sent, as JSON (or protobuf), which must be of `kind`.
-fn read(ctx: &RequestContext, kind: &str) -> Result<Value, ApiError> {
+/// The review (or request) sent, as JSON (or protobuf), which must be of `kind` or say none.
+pub(crate) fn read(ctx: &RequestContext, kind: &str) -> Result<Value, ApiError> {
     let review = shardplane_http::body::decode_object(&ctx.headers, &ctx.body)?;
     if !review.is_object() {
         return Err(ApiError::bad_request(format!("the body is not a {kind}")));
@@ -101,11 +101,16 @@ pub async fn self_subject_access(State(authz): State<Arc<Authorizer>>, user: Opt
 /// vouches for them).
 fn named_user(kind: &str, spec: &Value) -> Result<UserInfo, ApiError> {
     let strings = |k: &str| spec[k].as_array().map(|a| a.iter().filter_map(|g| g.as_str().map(str::to_owned)).collect::<Vec<_>>()).unwrap_or_default();
-    let user = UserInfo { name: spec["user"].as_str().unwrap_or("").to_owned(), uid: spec["uid"].as_str().unwrap_or("").to_owned(), groups: strings("groups") };
+    let user = UserInfo { name: spec["user"].as_str().unwrap_or("").to_owned(), uid: spec["uid"].as_str().unwrap_or("").to_owned(), groups: strings("groups"), extra: extra(&spec["extra"]) };
     if user.name.is_empty() && user.groups.is_empty() {
         return Err(ApiError::invalid(GROUP, kind, "", vec![field::invalid_shown("spec.user", "\"\"", "at least one of user or group must be specified")]));
     }
     Ok(user)
+}
+
+/// A review's `extra`: each key's values.
+fn extra(v: &Value) -> std::collections::BTreeMap<String, Vec<String>> {
+    v.as_object().map(|o| o.iter().map(|(k, vs)| (k.clone(), vs.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect()).unwrap_or_default())).collect()).unwrap_or_default()
 }
 
 /// `SubjectAccessReview`: may the user the spec names do what it asks?

@@ -64,6 +64,14 @@ struct App {
     surface: Surface,
     /// Decides every request after authentication.
     authz: Arc<Authorizer>,
+    /// Names every request's user.
+    authn: Arc<crate::authn::Authentication>,
+}
+
+impl axum::extract::FromRef<App> for Arc<crate::authn::Authentication> {
+    fn from_ref(app: &App) -> Self {
+        app.authn.clone()
+    }
 }
 
 impl axum::extract::FromRef<App> for Arc<Authorizer> {
@@ -104,12 +112,13 @@ pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, clients:
     // The router bounds what it fans out as a shard bounds what it serves (upstream defaults).
     let modes = if clients.authorization.is_empty() { vec![crate::authz::Mode::AlwaysAllow] } else { clients.authorization.clone() };
     let authz = Arc::new(Authorizer::start(modes, &shards.stores, &shutdown));
-    let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() }, authz };
+    let authn = Arc::new(crate::authn::Authentication::new(clients.authenticator.clone(), shards.clone()));
+    let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() }, authz, authn };
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
     crate::membership::start(app.shards.clone(), format!("router-{}", listener.local_addr()?), app.surface.metrics.registry(), shutdown.clone());
-    let routes = routes(app, clients.authenticator);
+    let routes = routes(app);
     match clients.tls {
         None => shardplane_http::serve::serve(listener, routes, Default::default(), shutdown).await,
         Some(tls) => shardplane_http::serve::serve_tls(listener, routes, tls, Default::default(), shutdown).await,
@@ -118,7 +127,7 @@ pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, clients:
 
 /// The router's routes: its own health and metrics; every other path is a resource to route,
 /// or (naming none: discovery, OpenAPI, `/version`) the same on every shard and asked of one.
-fn routes(app: App, authenticator: Arc<shardplane_identity::authn::Authenticator>) -> Router {
+fn routes(app: App) -> Router {
     let mut r = Router::new();
     for (path, route) in [("/healthz", get(health)), ("/livez", get(health)), ("/readyz", get(readyz)), ("/metrics", get(metrics))] {
         let route = route.fallback(route_request);
@@ -133,10 +142,17 @@ fn routes(app: App, authenticator: Arc<shardplane_identity::authn::Authenticator
             .route(LOCAL_SUBJECT_ACCESS, axum::routing::post(local_subject_access).fallback(route_request))
             .route(SELF_SUBJECT_RULES, axum::routing::post(self_subject_rules).fallback(route_request));
     }
+    {
+        use crate::tokens::*;
+        r = r
+            .route(TOKEN_REVIEWS, axum::routing::post(token_review).fallback(route_request))
+            .route(OPENID_CONFIGURATION, get(openid_configuration).fallback(route_request))
+            .route(JWKS, get(jwks).fallback(route_request));
+    }
     // Layers run last-added first: the prologue, then authentication, then authorization.
     r.fallback(route_request)
         .layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::authz::authorize))
-        .layer(axum::middleware::from_fn_with_state(authenticator, crate::authn::authenticate))
+        .layer(axum::middleware::from_fn_with_state(app.authn.clone(), crate::authn::authenticate))
         .layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>))
         .with_state(app)
 }
@@ -185,6 +201,13 @@ async fn route(app: &App, user: &UserInfo, ctx: RequestContext) -> Result<Respon
         if let Err(refused) = check_rbac_write(app, user, &ctx, &t, &pq).await {
             return refused;
         }
+    }
+    if t.info.group.is_empty() && t.info.plural == "serviceaccounts" && t.subresource.as_deref() == Some("token") {
+        // TokenRequest: signed here, where the key is (a shard has none).
+        let (Some(tokens), Some(name), Method::POST) = (app.authn.authenticator.service_accounts.as_deref(), t.name.as_deref(), method.clone()) else {
+            return Err(if *method == Method::POST { ApiError::path_not_found() } else { ApiError::method_not_allowed(&method.as_str().to_ascii_lowercase(), "", "serviceaccounts/token") });
+        };
+        return crate::tokens::token_request(tokens, shards, &ctx, t.namespace.as_deref().unwrap_or(""), name).await;
     }
     let answer = route_resource(app, &ctx, &t, &pq).await;
     // A CRD written through this router is served by it from the writer's next request on.
@@ -238,8 +261,13 @@ async fn route_resource(app: &App, ctx: &RequestContext, t: &Target, pq: &str) -
     let (method, headers, query) = (&ctx.method, &ctx.headers, ctx.query.raw());
     let ns = t.namespace.clone().unwrap_or_default();
     let create_only = t.info.backing == Backing::CreateOnly;
-    if create_only && (method != Method::POST || t.name.is_some()) {
+    let review = t.info.backing == Backing::Review;
+    if (create_only || review) && (method != Method::POST || t.name.is_some()) {
         return Err(ApiError::method_not_allowed(&method.as_str().to_ascii_lowercase(), &t.info.group, &t.info.plural));
+    }
+    if review {
+        // Every review this router answers has its own route ([`routes`]); no shard answers one.
+        return Err(ApiError::path_not_found());
     }
     if t.info.backing == Backing::Probed {
         // Computed by whichever shard is asked (the same probes at every one): the first.

@@ -19,6 +19,9 @@ pub async fn self_subject_review(user: Option<Extension<UserInfo>>) -> Response<
     if !user.uid.is_empty() {
         info["uid"] = json!(user.uid);
     }
+    if !user.extra.is_empty() {
+        info["extra"] = json!(user.extra);
+    }
     let review = json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null}, "status": {"userInfo": info}});
     shardplane_http::body::json_value(StatusCode::CREATED, &review)
 }

@@ -82,6 +82,25 @@ struct Args {
     /// default), AlwaysDeny, RBAC (RFC 0012), comma-separated.
     #[arg(long, default_value = "AlwaysAllow")]
     authorization_mode: String,
+    /// The issuer of ServiceAccount tokens (their `iss` claim), as kube-apiserver's flag.
+    #[arg(long, default_value = shardplane_identity::service_accounts::DEFAULT_ISSUER)]
+    service_account_issuer: String,
+    /// The key ServiceAccount tokens are signed with (PEM, ECDSA P-256); with `--pki-dir`, its
+    /// `sa.key`. Without either, no tokens are issued or accepted.
+    #[arg(long)]
+    service_account_signing_key_file: Option<PathBuf>,
+    /// The audiences a token must be for to authenticate to this API (comma-separated; the
+    /// issuer by default, as upstream).
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
+}
+
+/// ServiceAccount tokens, when there is a key to sign them with.
+fn service_account_tokens(args: &Args, pki: Option<&shardplane_identity::pki::Pki>) -> Result<Option<std::sync::Arc<shardplane_identity::service_accounts::Tokens>>, String> {
+    let Some(file) = args.service_account_signing_key_file.clone().or_else(|| pki.map(|p| p.service_account_key())) else { return Ok(None) };
+    let pem = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let tokens = shardplane_identity::service_accounts::Tokens::new(&pem, &args.service_account_issuer, args.api_audiences.clone())?;
+    Ok(Some(std::sync::Arc::new(tokens)))
 }
 
 /// What the router serves TLS with, and the PKI when it made or found one.
@@ -151,6 +170,13 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let service_accounts = match service_account_tokens(&args, pki.as_ref()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("shard-router: --service-account-signing-key-file: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let authorization = match shardplane_router::authz::parse_modes(&args.authorization_mode) {
         Ok(m) => m,
         Err(e) => {
@@ -217,7 +243,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
     };
     let kubeconfig = args.kubeconfig.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens, anonymous: args.anonymous_auth }), authorization };
+    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens, service_accounts, anonymous: args.anonymous_auth }), authorization };
     let result = serve_shards(shards, args.listen, clients, shutdown.clone(), move |addr| {
         let server = format!("{scheme}://{addr}");
         if let Some(dir) = kubeconfig.parent().filter(|d| !d.as_os_str().is_empty()) {
