@@ -22,6 +22,7 @@ import platform
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -74,11 +75,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def wait_ready(url, within=90):
+def wait_ready(url, within=90, context=None):
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"{url}/readyz", timeout=2) as r:
+            with urllib.request.urlopen(f"{url}/readyz", timeout=2, context=context) as r:
                 if r.status == 200:
                     return
         except OSError:
@@ -106,11 +107,11 @@ SEED_NODE = {
                             "machineID": "", "systemUUID": "", "bootID": "", "kubeProxyVersion": ""}}}
 
 
-def register_node(url):
+def register_node(url, context=None):
     """Creates SEED_NODE, then writes its status (a create ignores status, as upstream's does)."""
     def send(method, path, body):
         req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode(), method=method, headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=context) as r:
             return json.loads(r.read())
     created = send("POST", "/api/v1/nodes", SEED_NODE)
     ready = send("PUT", "/api/v1/nodes/conformance-node/status", {**created, "status": SEED_NODE["status"]})
@@ -142,16 +143,28 @@ class Topology:
                     raise RuntimeError("etcd did not start")
                 time.sleep(0.1)
         port = free_port()
-        url = f"http://127.0.0.1:{port}"
         if self.name == "shard":
+            # A shard alone serves plain HTTP to anyone (it is meant to sit behind a router).
+            url, context = f"http://127.0.0.1:{port}", None
             self.spawn([self.exe, "shard", "--etcd-endpoints", etcd_url, "--listen", f"127.0.0.1:{port}", "--id", "conformance", "--compaction-interval", str(self.compaction)], "shard")
+            self.kubeconfig = self.dir / "kubeconfig"
+            kubeconfig(url, self.kubeconfig)
         else:
+            # The router as a user starts it: HTTPS with its own PKI, RBAC, and the kubeconfig
+            # it writes (the admin's client certificate, system:masters), which every suite uses.
             k = self.name.split("-")[1]
-            self.spawn([self.exe, "--etcd-endpoints", etcd_url, "--listen", f"127.0.0.1:{port}", "--shards", k, "--kubeconfig", str(self.dir / "router-kubeconfig"), "--compaction-interval", str(self.compaction)], "router")
-        wait_ready(url)
-        self.kubeconfig = self.dir / "kubeconfig"
-        kubeconfig(url, self.kubeconfig)
-        register_node(url)
+            url, pki = f"https://127.0.0.1:{port}", self.dir / "pki"
+            self.kubeconfig = self.dir / "router-kubeconfig"
+            self.spawn([self.exe, "--etcd-endpoints", etcd_url, "--listen", f"127.0.0.1:{port}", "--shards", k, "--kubeconfig", str(self.kubeconfig), "--pki-dir", str(pki), "--compaction-interval", str(self.compaction)], "router")
+            deadline = time.monotonic() + 60
+            while not self.kubeconfig.exists():  # written once the PKI is whole and the port bound
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the router made no PKI")
+                time.sleep(0.1)
+            context = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+            context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        wait_ready(url, context=context)
+        register_node(url, context)
         return self
 
     def spawn(self, argv, label):

@@ -60,6 +60,8 @@ impl Topology {
             .args(store_args)
             .args(["--shards", &k.to_string(), "--listen", "127.0.0.1:0"])
             .args(["--compaction-interval", "0", "--bookmark-interval", "60"])
+            // The benchmarks speak plain HTTP to the router (TLS's cost is a comparison of its own).
+            .arg("--insecure-plain-http")
             .arg("--kubeconfig")
             .arg(dir.join("kubeconfig"))
             .env("RUST_LOG", "error")

@@ -4,7 +4,9 @@
 // delete, and its store must end equal to a LIST. With KUBE_FEATURE_WatchListClient=true the
 // informer's reflector uses WatchList (sendInitialEvents) instead of LIST then WATCH.
 //
-// Usage: informers SERVER_URL NAMESPACE. Prints a one-line JSON summary; exits 1 on a mismatch.
+// Usage: informers SERVER_URL|KUBECONFIG NAMESPACE: a plain http:// URL, or a kubeconfig file
+// (its server, CA and credentials, as kubectl reads them). Prints a one-line JSON summary;
+// exits 1 on a mismatch.
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"math/rand"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 type seen struct {
@@ -40,9 +44,16 @@ func key(name, rv string) string { return name + "@" + rv }
 
 func main() {
 	if len(os.Args) != 3 {
-		fail("usage: informers SERVER_URL NAMESPACE")
+		fail("usage: informers SERVER_URL|KUBECONFIG NAMESPACE")
 	}
 	cfg := &rest.Config{Host: os.Args[1]}
+	if !strings.HasPrefix(os.Args[1], "http://") {
+		loaded, err := clientcmd.BuildConfigFromFlags("", os.Args[1])
+		if err != nil {
+			fail("kubeconfig %s: %v", os.Args[1], err)
+		}
+		cfg = loaded
+	}
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	// client-go throttles to 5 requests/s by default; the server's own bounds apply instead.

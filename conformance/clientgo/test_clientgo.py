@@ -7,20 +7,13 @@ import subprocess
 import uuid
 
 import pytest
-from kubernetes import config
 
-
-
-def server():
-    c = config.kube_config.Configuration()
-    config.load_kube_config(config_file=os.environ["KUBECONFIG"], client_configuration=c)
-    return c.host
 
 
 @pytest.mark.parametrize("watchlist", ["false", "true"], ids=["list-watch", "watchlist"])
 def test_informer_sees_every_acknowledged_write_and_ends_equal_to_a_list(binary, watchlist):
     ns = f"clientgo-informer-{uuid.uuid4().hex[:5]}"
     env = {**os.environ, "KUBE_FEATURE_WatchListClient": watchlist}
-    out = subprocess.run([str(binary), server(), ns], env=env, capture_output=True, text=True, timeout=150)
+    out = subprocess.run([str(binary), os.environ["KUBECONFIG"], ns], env=env, capture_output=True, text=True, timeout=150)
     assert out.returncode == 0, out.stderr[-2000:]
     assert '"writes":' in out.stdout

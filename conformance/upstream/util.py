@@ -111,9 +111,15 @@ class RawWatcher(Watcher):
         self.events = queue.Queue()
         self.w = None
         url = api_client.configuration.host + path + "?" + urllib.parse.urlencode({**query, "watch": "1"})
-        # A pool of its own: an open watch holds its connection until stop().
-        self.pool = urllib3.PoolManager()
-        self.resp = self.pool.request("GET", url, headers={"Accept": "application/json"}, preload_content=False, timeout=urllib3.Timeout(connect=10, read=None))
+        # A pool of its own: an open watch holds its connection until stop(). It trusts and
+        # presents what the client's configuration does (the cluster CA, a client certificate).
+        cfg = api_client.configuration
+        tls = {"cert_reqs": "CERT_REQUIRED", "ca_certs": cfg.ssl_ca_cert, "cert_file": cfg.cert_file, "key_file": cfg.key_file} if url.startswith("https:") else {}
+        self.pool = urllib3.PoolManager(**tls)
+        headers = {"Accept": "application/json"}
+        if cfg.api_key.get("authorization"):
+            headers["Authorization"] = cfg.api_key["authorization"]
+        self.resp = self.pool.request("GET", url, headers=headers, preload_content=False, timeout=urllib3.Timeout(connect=10, read=None))
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 

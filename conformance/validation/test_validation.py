@@ -44,6 +44,10 @@ NAME_SKIP = {
     ("events.k8s.io", "events"): "checked with events.k8s.io's own rules below",
     ("certificates.k8s.io", "certificatesigningrequests"): "upstream accepts any name for a CSR",
     ("apiextensions.k8s.io", "customresourcedefinitions"): "a CRD's name must be <plural>.<group>: its own suite",
+    **{(g, r): "a review is answered, never stored, and upstream reads no name of it" for g, r in [
+        ("authentication.k8s.io", "selfsubjectreviews"), ("authentication.k8s.io", "tokenreviews"),
+        ("authorization.k8s.io", "localsubjectaccessreviews"), ("authorization.k8s.io", "selfsubjectaccessreviews"),
+        ("authorization.k8s.io", "selfsubjectrulesreviews"), ("authorization.k8s.io", "subjectaccessreviews")]},
 }
 
 

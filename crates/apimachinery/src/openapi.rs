@@ -302,7 +302,7 @@ mod tests {
         let index = index(&all);
         let gvs: Vec<&String> = index["paths"].as_object().unwrap().keys().collect();
         let want = [
-            "api/v1", "apis/apiextensions.k8s.io/v1", "apis/apps/v1", "apis/autoscaling/v1", "apis/autoscaling/v2", "apis/batch/v1", "apis/certificates.k8s.io/v1", "apis/coordination.k8s.io/v1",
+            "api/v1", "apis/apiextensions.k8s.io/v1", "apis/apps/v1", "apis/authentication.k8s.io/v1", "apis/authorization.k8s.io/v1", "apis/autoscaling/v1", "apis/autoscaling/v2", "apis/batch/v1", "apis/certificates.k8s.io/v1", "apis/coordination.k8s.io/v1",
             "apis/discovery.k8s.io/v1", "apis/events.k8s.io/v1", "apis/flowcontrol.apiserver.k8s.io/v1", "apis/networking.k8s.io/v1", "apis/node.k8s.io/v1", "apis/policy/v1",
             "apis/rbac.authorization.k8s.io/v1", "apis/resource.k8s.io/v1beta1", "apis/resource.k8s.io/v1beta2", "apis/scheduling.k8s.io/v1", "apis/storage.k8s.io/v1",
         ];

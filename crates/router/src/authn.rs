@@ -32,7 +32,8 @@ const REMEMBERED_TOKENS: u64 = 10_000;
 pub struct Authentication {
     pub authenticator: Arc<Authenticator>,
     shards: Arc<RouterState>,
-    /// ServiceAccount tokens found valid in the last [`TOKEN_RECHECK`], with their users.
+    /// ServiceAccount tokens found valid in the last [`TOKEN_RECHECK`], by their `jti` (each
+    /// token's own, and the signature is verified before it is looked up), with their users.
     valid: moka::sync::Cache<String, UserInfo>,
 }
 
@@ -41,18 +42,18 @@ impl Authentication {
         Self { authenticator, shards, valid: moka::sync::Cache::builder().max_capacity(REMEMBERED_TOKENS).time_to_live(TOKEN_RECHECK).build() }
     }
 
-    /// The user a credential names, once a ServiceAccount token's objects are found (`token` is
-    /// the token, for remembering it); `Err` says why not (TokenReview's `status.error`).
-    pub async fn settle(&self, who: Authenticated, token: &str) -> Result<UserInfo, String> {
+    /// The user a credential names, once a ServiceAccount token's objects are found; `Err` says
+    /// why not (TokenReview's `status.error`).
+    pub async fn settle(&self, who: Authenticated) -> Result<UserInfo, String> {
         match who {
             Authenticated::User(u) => Ok(u),
             Authenticated::ServiceAccount(claims) => {
-                if let Some(u) = self.valid.get(token) {
+                if let Some(u) = self.valid.get(&claims.jti) {
                     return Ok(u);
                 }
                 check_objects(&self.shards, &claims).await?;
                 let user = claims.user();
-                self.valid.insert(token.to_owned(), user.clone());
+                self.valid.insert(claims.jti.clone(), user.clone());
                 Ok(user)
             }
         }
@@ -81,7 +82,7 @@ pub async fn authenticate(State(auth): State<Arc<Authentication>>, mut req: Requ
     let certs = req.extensions().get::<ClientCertificates>().cloned();
     let authorization = req.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or("\u{0}").to_owned());
     let named = match auth.authenticator.authenticate(certs.as_ref().and_then(|c| c.0.first()), authorization.as_deref()) {
-        Ok(who) => auth.settle(who, authorization.as_deref().unwrap_or("")).await.map_err(|why| tracing::debug!(%why, "a ServiceAccount token is no longer valid")),
+        Ok(who) => auth.settle(who).await.map_err(|why| tracing::debug!(%why, "a ServiceAccount token is no longer valid")),
         Err(_) => Err(()),
     };
     match named {

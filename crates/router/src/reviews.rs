@@ -33,6 +33,11 @@ fn caller(user: Option<Extension<UserInfo>>) -> UserInfo {
 
 /// The review (or request) sent, as JSON (or protobuf), which must be of `kind` or say none.
 pub(crate) fn read(ctx: &RequestContext, kind: &str) -> Result<Value, ApiError> {
+    // A review has no metadata to show as a Table or PartialObjectMetadata: JSON only (406
+    // otherwise, as upstream answers for a kind without object metadata).
+    if shardplane_http::negotiation::negotiate(&ctx.headers) != Some(shardplane_http::negotiation::Representation::Json) {
+        return Err(ApiError::not_acceptable(ctx.header(axum::http::header::ACCEPT)));
+    }
     let review = shardplane_http::body::decode_object(&ctx.headers, &ctx.body)?;
     if !review.is_object() {
         return Err(ApiError::bad_request(format!("the body is not a {kind}")));

@@ -99,7 +99,7 @@ pub async fn token_review(State(auth): State<Arc<Authentication>>, ctx: RequestC
     }
     let audiences = strings(&review["spec"]["audiences"]);
     let outcome = match auth.authenticator.token(&token, &audiences) {
-        Ok((who, valid_for)) => auth.settle(who, &token).await.map(|u| (u, valid_for)),
+        Ok((who, valid_for)) => auth.settle(who).await.map(|u| (u, valid_for)),
         Err(why) => Err(why),
     };
     review["status"] = match outcome {

@@ -55,8 +55,13 @@ struct Args {
     /// Serve HTTPS with the cluster PKI in this directory, made there on first start (a CA, the
     /// serving certificate, the admin's client certificate, the ServiceAccount key; RFC 0012),
     /// and write a kubeconfig that uses them.
-    #[arg(long)]
-    pki_dir: Option<PathBuf>,
+    #[arg(long, default_value = ".shardplane/pki")]
+    pki_dir: PathBuf,
+    /// Serve plain HTTP, with no TLS and no client certificates: anyone who reaches the port is
+    /// served (as `system:anonymous`, allowed everything unless `--authorization-mode` says
+    /// otherwise). For tests and benchmarks on a machine of one's own, never anything shared.
+    #[arg(long, conflicts_with_all = ["tls_cert_file", "client_ca_file"])]
+    insecure_plain_http: bool,
     /// The serving certificate (PEM), as kube-apiserver's flag; overrides `--pki-dir`'s.
     #[arg(long, requires = "tls_private_key_file")]
     tls_cert_file: Option<PathBuf>,
@@ -78,10 +83,11 @@ struct Args {
     /// (`--anonymous-auth=false`: upstream's 401 instead).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
-    /// How requests are authorized, in order, as kube-apiserver's flag: AlwaysAllow (upstream's
-    /// default), AlwaysDeny, RBAC (RFC 0012), comma-separated.
-    #[arg(long, default_value = "AlwaysAllow")]
-    authorization_mode: String,
+    /// How requests are authorized, in order, as kube-apiserver's flag: AlwaysAllow, AlwaysDeny,
+    /// RBAC (RFC 0012), comma-separated. By default RBAC over HTTPS (as kubeadm and k3s set
+    /// it), AlwaysAllow with `--insecure-plain-http`.
+    #[arg(long)]
+    authorization_mode: Option<String>,
     /// The issuer of ServiceAccount tokens (their `iss` claim), as kube-apiserver's flag.
     #[arg(long, default_value = shardplane_identity::service_accounts::DEFAULT_ISSUER)]
     service_account_issuer: String,
@@ -106,20 +112,17 @@ fn service_account_tokens(args: &Args, pki: Option<&shardplane_identity::pki::Pk
 /// What the router serves TLS with, and the PKI when it made or found one.
 fn tls_setup(args: &Args) -> Result<Option<(shardplane_identity::tls::TlsFlags, Option<shardplane_identity::pki::Pki>)>, String> {
     use shardplane_identity::{pki::Pki, tls::TlsFlags};
-    let pki = match &args.pki_dir {
-        None => None,
-        Some(dir) => {
-            let ip = if args.listen.ip().is_unspecified() { "127.0.0.1".to_owned() } else { args.listen.ip().to_string() };
-            Some(Pki::ensure(dir, &[&ip, "127.0.0.1", "localhost"]).map_err(|e| format!("--pki-dir: {e}"))?)
-        }
+    if args.insecure_plain_http {
+        return Ok(None);
+    }
+    let ip = if args.listen.ip().is_unspecified() { "127.0.0.1".to_owned() } else { args.listen.ip().to_string() };
+    let pki = Pki::ensure(&args.pki_dir, &[&ip, "127.0.0.1", "localhost"]).map_err(|e| format!("--pki-dir: {e}"))?;
+    let (cert_file, key_file) = match (&args.tls_cert_file, &args.tls_private_key_file) {
+        (Some(c), Some(k)) => (c.clone(), k.clone()),
+        _ => (pki.serving_cert(), pki.serving_key()),
     };
-    let (cert_file, key_file) = match (&args.tls_cert_file, &args.tls_private_key_file, &pki) {
-        (Some(c), Some(k), _) => (c.clone(), k.clone()),
-        (_, _, Some(p)) => (p.serving_cert(), p.serving_key()),
-        _ => return Ok(None),
-    };
-    let client_ca_file = args.client_ca_file.clone().or_else(|| pki.as_ref().map(Pki::ca_cert));
-    Ok(Some((TlsFlags { cert_file, key_file, client_ca_file, min_version: args.tls_min_version.clone() }, pki)))
+    let client_ca_file = Some(args.client_ca_file.clone().unwrap_or_else(|| pki.ca_cert()));
+    Ok(Some((TlsFlags { cert_file, key_file, client_ca_file, min_version: args.tls_min_version.clone() }, Some(pki))))
 }
 
 // jemalloc: its heap statistics are each shard's `shardplane_heap_allocated_bytes`.
@@ -177,7 +180,8 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let authorization = match shardplane_router::authz::parse_modes(&args.authorization_mode) {
+    let default_mode = if args.insecure_plain_http { "AlwaysAllow" } else { "RBAC" };
+    let authorization = match shardplane_router::authz::parse_modes(args.authorization_mode.as_deref().unwrap_or(default_mode)) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("shard-router: --authorization-mode: {e}");

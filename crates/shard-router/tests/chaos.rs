@@ -189,7 +189,7 @@ async fn watches_and_writes_stay_whole_while_shards_join_move_drain_and_die() {
     }
     let urls: Vec<String> = shards.values().map(|(_, u)| u.clone()).collect();
     let kubeconfig = std::env::temp_dir().join(format!("shardplane-chaos-{}", uuid::Uuid::new_v4()));
-    let (_router, router) = spawn(&["--etcd-endpoints", e, "--shard-urls", &urls.join(","), "--listen", "127.0.0.1:0", "--bookmark-interval", "1", "--kubeconfig", kubeconfig.to_str().unwrap()]);
+    let (_router, router) = spawn(&["--etcd-endpoints", e, "--shard-urls", &urls.join(","), "--listen", "127.0.0.1:0", "--bookmark-interval", "1", "--kubeconfig", kubeconfig.to_str().unwrap(), "--insecure-plain-http"]);
     let r = TestShard::attach(router.clone(), "127.0.0.1:1".parse().unwrap());
     wait_for(Duration::from_secs(30), || async { r.get("/api/v1/namespaces/default").await.0 == 200 }).await;
     r.namespace("chaos").await;

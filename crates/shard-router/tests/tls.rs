@@ -22,7 +22,7 @@ async fn a_pki_dir_serves_https_that_kubectl_uses_as_the_admin_and_names_every_c
     let (pki, kubeconfig, home, tokens) = (dir.join("pki"), dir.join("kubeconfig"), dir.join("home"), dir.join("tokens.csv"));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(&tokens, "s3cret,alice,uid-7,\"dev,ops\"\n").unwrap();
-    let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "1", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap(), "--pki-dir", pki.to_str().unwrap(), "--token-auth-file", tokens.to_str().unwrap()]);
+    let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "1", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap(), "--pki-dir", pki.to_str().unwrap(), "--token-auth-file", tokens.to_str().unwrap(), "--authorization-mode", "AlwaysAllow"]);
     assert_eq!(std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777, 0o600, "the kubeconfig holds the admin's key");
     assert_eq!(std::fs::metadata(pki.join("ca.key")).unwrap().permissions().mode() & 0o777, 0o600);
 
@@ -107,6 +107,38 @@ async fn without_anonymous_requests_only_a_credential_is_served() {
         let answer = no_credential.get(format!("https://{}{path}", started.addr)).send().await.unwrap();
         assert_eq!(answer.status().as_u16(), 401, "{path}");
     }
+    drop(started);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The bare command, as a new user runs it (only the store and a free port given): HTTPS with a
+/// PKI made under `.shardplane/pki`, a kubeconfig at `.shardplane/kubeconfig` that kubectl uses
+/// as the admin, RBAC deciding (an anonymous caller reads health, not the API), and plain HTTP
+/// refused.
+#[tokio::test]
+async fn by_default_the_router_serves_https_with_rbac_and_its_own_pki() {
+    let etcd = Etcd::start().await;
+    let dir = std::env::temp_dir().join(format!("shardplane-default-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = common::spawn_in(&dir, &["--etcd-endpoints", &etcd.endpoint, "--shards", "1", "--listen", "127.0.0.1:0"]);
+    let (kubeconfig, home, pki) = (dir.join(".shardplane/kubeconfig"), dir.join("home"), dir.join(".shardplane/pki"));
+    for file in ["ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub"] {
+        assert_eq!(std::fs::metadata(pki.join(file)).unwrap().permissions().mode() & 0o777, 0o600, "{file}");
+    }
+    let (kc, h) = (kubeconfig.clone(), home.clone());
+    wait_for(Duration::from_secs(30), || {
+        let (kc, h) = (kc.clone(), h.clone());
+        async move { tokio::task::spawn_blocking(move || kubectl(&kc, &h, &["get", "namespace", "default", "-o", "name"])).await.unwrap().status.success() }
+    })
+    .await;
+    let out = tokio::task::spawn_blocking(move || kubectl(&kubeconfig, &home, &["auth", "can-i", "delete", "nodes"])).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "yes", "the admin may do anything");
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap();
+    let anonymous = shardplane_http::outbound::client_builder().add_root_certificate(ca).build().unwrap();
+    let url = format!("https://{}", started.addr);
+    assert_eq!(anonymous.get(format!("{url}/healthz")).send().await.unwrap().status().as_u16(), 200);
+    assert_eq!(anonymous.get(format!("{url}/api/v1/namespaces")).send().await.unwrap().status().as_u16(), 403, "RBAC by default");
+    assert!(client().get(format!("http://{}/api/v1/namespaces", started.addr)).send().await.is_err(), "plain HTTP is not served");
     drop(started);
     let _ = std::fs::remove_dir_all(&dir);
 }

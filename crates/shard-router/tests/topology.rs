@@ -171,7 +171,7 @@ async fn the_embedded_store_keeps_everything_across_a_kill() {
     let socket = dir.join("etcd.sock");
     let spawn = |port_file: &str, unix: bool| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_shard-router"));
-        c.args(["--shards", "2", "--listen", "127.0.0.1:0", "--data-dir", dir.join("store").to_str().unwrap(), "--kubeconfig", dir.join(port_file).to_str().unwrap()]);
+        c.args(["--shards", "2", "--listen", "127.0.0.1:0", "--data-dir", dir.join("store").to_str().unwrap(), "--kubeconfig", dir.join(port_file).to_str().unwrap(), "--insecure-plain-http"]);
         if unix {
             c.arg("--store-listen").arg(format!("unix:{}", socket.display()));
         }

@@ -36,7 +36,12 @@ impl Started {
 /// Starts `shard-router` with `args` and reads its output until it listens; the rest of its
 /// output is drained so it never blocks on a full pipe.
 pub fn spawn(args: &[&str]) -> Started {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shard-router")).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    spawn_in(&std::env::current_dir().unwrap(), args)
+}
+
+/// [`spawn`] with `dir` as the working directory (where the default `.shardplane/` paths are).
+pub fn spawn_in(dir: &std::path::Path, args: &[&str]) -> Started {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shard-router")).current_dir(dir).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut shards = Vec::new();
     let addr = loop {
@@ -54,9 +59,10 @@ pub fn spawn(args: &[&str]) -> Started {
     Started { process: KillOnDrop(child), addr, shards }
 }
 
-/// `shard-router --shards k` on `etcd`, writing `kubeconfig`: the local topology a user runs.
+/// `shard-router --shards k` on `etcd`, writing `kubeconfig`: the local topology a user runs,
+/// over plain HTTP (`--insecure-plain-http`, what these tests speak).
 pub fn spawn_topology(etcd: &str, k: u32, kubeconfig: &std::path::Path) -> Started {
-    spawn(&["--etcd-endpoints", etcd, "--shards", &k.to_string(), "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap()])
+    spawn(&["--etcd-endpoints", etcd, "--shards", &k.to_string(), "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap(), "--insecure-plain-http"])
 }
 
 /// Sends a signal with the `kill` command (no libc dependency in tests).
