@@ -141,6 +141,22 @@ impl Authorizer {
         Ok(Some(snapshot))
     }
 
+    /// Why the router is not ready to authorize yet (upstream's `rbac/bootstrap-roles`
+    /// readiness check): RBAC's state not current, or a bootstrap ClusterRole or
+    /// ClusterRoleBinding not there yet (every shard creates its own at start).
+    pub async fn bootstrap_pending(&self) -> Option<String> {
+        let snapshot = match self.policy().await {
+            Ok(Some(s)) => s,
+            Ok(None) => return None,
+            Err(e) => return Some(e.message),
+        };
+        let name = |o: &Value| o["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        if let Some(role) = rbac::bootstrap::cluster_roles().iter().map(name).find(|n| snapshot.policy.cluster_role(n).is_none()) {
+            return Some(format!("clusterrole {role:?} not created yet"));
+        }
+        rbac::bootstrap::cluster_role_bindings().iter().map(name).find(|n| !snapshot.policy.has_cluster_role_binding(n)).map(|b| format!("clusterrolebinding {b:?} not created yet"))
+    }
+
     /// What the modes decide for `user` asking `attrs`: `system:masters` first, then each mode
     /// in order until one allows.
     pub async fn decide(&self, user: &UserInfo, attrs: &Attributes) -> Result<Decision, ApiError> {

@@ -161,11 +161,12 @@ async fn health() -> Response<Body> {
     body::text(StatusCode::OK, "ok")
 }
 
-/// Ready once every shard is.
-/// Ready when its store answers and every shard is ready.
+/// Ready when its store answers, every shard is ready, and (with RBAC) the bootstrap policy is
+/// in place.
 async fn readyz(State(app): State<App>) -> Response<Body> {
     let stores = app.shards.stores.all();
     let mut checks = vec![readiness::stores(stores).await, readiness::store_space(stores).await];
+    checks.push(("poststarthook/rbac/bootstrap-roles".to_owned(), app.authz.bootstrap_pending().await));
     for u in app.shards.urls() {
         let ready = app.shards.http.get(format!("{u}/readyz")).timeout(readiness::STORE_CHECK * 2).send().await.is_ok_and(|r| r.status().is_success());
         checks.push((format!("shard {u}"), (!ready).then(|| "not ready".to_owned())));

@@ -82,7 +82,8 @@ async fn rbac_through_four_shards_decides_as_upstream_and_a_revoked_binding_stop
     let client = shardplane_http::outbound::client_builder().add_root_certificate(reqwest::Certificate::from_pem(&ca_pem).unwrap()).build().unwrap();
     let c = Cluster { url: format!("https://{}", started.addr), kubeconfig, home, ca: pki.join("ca.crt"), client };
     // The admin (system:masters) is never subject to RBAC.
-    wait_for(Duration::from_secs(60), || async { c.kubectl_async(None, &["get", "clusterrolebinding", "system:public-info-viewer", "-o", "name"]).await.status.success() }).await;
+    // Ready once the bootstrap policy is in place (upstream's rbac/bootstrap-roles check).
+    wait_for(Duration::from_secs(60), || async { c.kubectl_async(None, &["get", "--raw", "/readyz"]).await.status.success() }).await;
     for args in [vec!["create", "namespace", "team"], vec!["create", "rolebinding", "viewers", "-n", "team", "--clusterrole=view", "--user=vera"], vec!["create", "rolebinding", "editors", "-n", "team", "--clusterrole=edit", "--user=eddie"]] {
         let out = c.kubectl_async(None, &args).await;
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));

@@ -47,7 +47,7 @@ async fn service_account_tokens_work_while_their_objects_exist_and_are_reviewed_
     };
     wait_for(Duration::from_secs(60), || {
         let (kc, home) = (kc.clone(), home.clone());
-        async move { tokio::task::spawn_blocking(move || kubectl(&kc, &home, &["get", "clusterrole", "view", "-o", "name"])).await.unwrap().status.success() }
+        async move { tokio::task::spawn_blocking(move || kubectl(&kc, &home, &["get", "--raw", "/readyz"])).await.unwrap().status.success() }
     })
     .await;
     kubectl_ok(&kc, &home, &["create", "namespace", "apps"]).await;

@@ -128,7 +128,8 @@ async fn by_default_the_router_serves_https_with_rbac_and_its_own_pki() {
     let (kc, h) = (kubeconfig.clone(), home.clone());
     wait_for(Duration::from_secs(30), || {
         let (kc, h) = (kc.clone(), h.clone());
-        async move { tokio::task::spawn_blocking(move || kubectl(&kc, &h, &["get", "namespace", "default", "-o", "name"])).await.unwrap().status.success() }
+        // Ready once the bootstrap policy is in place (upstream's rbac/bootstrap-roles check).
+        async move { tokio::task::spawn_blocking(move || kubectl(&kc, &h, &["get", "--raw", "/readyz"])).await.unwrap().status.success() }
     })
     .await;
     let out = tokio::task::spawn_blocking(move || kubectl(&kubeconfig, &home, &["auth", "can-i", "delete", "nodes"])).await.unwrap();

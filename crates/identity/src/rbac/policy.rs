@@ -227,6 +227,11 @@ impl Policy {
         &self.stale_aggregations
     }
 
+    /// Whether a ClusterRoleBinding of this name exists.
+    pub fn has_cluster_role_binding(&self, name: &str) -> bool {
+        self.cluster_bindings.iter().any(|b| b.name == name)
+    }
+
     /// A ClusterRole's rules (the union, for an aggregated one).
     pub fn cluster_role(&self, name: &str) -> Option<&Arc<[PolicyRule]>> {
         self.cluster_roles.get(name)
