@@ -80,10 +80,20 @@ pub struct Snapshot {
     pub policy: Policy,
 }
 
+/// What RBAC decides from now.
+#[derive(Clone)]
+enum Built {
+    /// A kind has not been listed yet (at start).
+    Loading,
+    /// No policy: a kind is too large to hold.
+    Failed(String),
+    Ready(Arc<Snapshot>),
+}
+
 struct Rbac {
     informers: Arc<Informers>,
-    /// The latest policy, or why there is none (a kind not listed yet, or too large).
-    snapshot: watch::Receiver<Result<Arc<Snapshot>, String>>,
+    /// The latest policy, or why there is none.
+    snapshot: watch::Receiver<Built>,
     decisions: moka::sync::Cache<(u64, UserInfo, Attributes), Decision>,
 }
 
@@ -115,7 +125,7 @@ impl Authorizer {
     pub fn start(modes: Vec<Mode>, stores: &Stores, stop: &CancellationToken) -> Self {
         let rbac = modes.contains(&Mode::Rbac).then(|| {
             let informers = Arc::new(Informers::start(&KINDS, |g, p| stores.of(g, p).clone(), stop, InformerOptions { max: MAX_OBJECTS, progress_every: Some(PROGRESS_EVERY) }));
-            let (tx, snapshot) = watch::channel(Err("the RBAC objects have not been read yet".to_owned()));
+            let (tx, snapshot) = watch::channel(Built::Loading);
             tokio::spawn(build_snapshots(informers.clone(), tx, stop.child_token()));
             let decisions = moka::sync::Cache::builder().max_capacity(CACHED_DECISIONS).time_to_live(DECISION_TTL).build();
             Rbac { informers, snapshot, decisions }
@@ -132,9 +142,15 @@ impl Authorizer {
     pub async fn policy(&self) -> Result<Option<Arc<Snapshot>>, ApiError> {
         let Some(rbac) = &self.rbac else { return Ok(None) };
         let mut rx = rbac.snapshot.clone();
-        // At start, the first lists are waited for briefly.
-        let _ = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|s| s.is_ok())).await;
-        let snapshot = rx.borrow().clone().map_err(|why| ApiError::unavailable(format!("authorization: {why}")))?;
+        // At start, the first lists are waited for briefly (only then: a kind too large to hold
+        // is answered at once).
+        let _ = tokio::time::timeout(Duration::from_secs(5), rx.wait_for(|s| !matches!(s, Built::Loading))).await;
+        let built = rx.borrow().clone();
+        let snapshot = match built {
+            Built::Ready(s) => s,
+            Built::Loading => return Err(ApiError::unavailable("authorization: the RBAC objects have not been read yet")),
+            Built::Failed(why) => return Err(ApiError::unavailable(format!("authorization: {why}"))),
+        };
         if !rbac.informers.current_within(STALENESS_BOUND) {
             return Err(ApiError::unavailable(format!("authorization: the RBAC objects have not been confirmed current in the last {}s", STALENESS_BOUND.as_secs())));
         }
@@ -247,26 +263,29 @@ fn everything_paths() -> PolicyRule {
 }
 
 /// Rebuilds the policy whenever one of the kinds changes.
-async fn build_snapshots(informers: Arc<Informers>, tx: watch::Sender<Result<Arc<Snapshot>, String>>, stop: CancellationToken) {
+async fn build_snapshots(informers: Arc<Informers>, tx: watch::Sender<Built>, stop: CancellationToken) {
     let mut kinds: Vec<watch::Receiver<Arc<Held>>> = KINDS.iter().map(|(g, p)| informers.subscribe(g, p).expect("followed")).collect();
     let mut generation = 0;
     loop {
         let held: Vec<Arc<Held>> = kinds.iter_mut().map(|k| k.borrow_and_update().clone()).collect();
-        let maps: Result<Vec<_>, String> = held
+        let maps: Result<Vec<_>, Built> = held
             .iter()
             .zip(KINDS)
             .map(|(h, (_, plural))| match &**h {
                 Held::Objects(m) => Ok(m),
-                Held::Loading => Err(format!("the {plural} have not been read yet")),
-                Held::TooMany => Err(format!("more than {MAX_OBJECTS} {plural}: too many to hold")),
+                Held::Loading => Err(Built::Loading),
+                Held::TooMany => Err(Built::Failed(format!("more than {MAX_OBJECTS} {plural}: too many to hold"))),
             })
             .collect();
-        let next = maps.map(|m| {
-            let values = |i: usize| m[i].values().map(|v| &**v).collect();
-            generation += 1;
-            let objects = Objects { cluster_roles: values(0), roles: values(1), cluster_role_bindings: values(2), role_bindings: values(3) };
-            Arc::new(Snapshot { generation, policy: Policy::new(&objects) })
-        });
+        let next = match maps {
+            Ok(m) => {
+                let values = |i: usize| m[i].values().map(|v| &**v).collect();
+                generation += 1;
+                let objects = Objects { cluster_roles: values(0), roles: values(1), cluster_role_bindings: values(2), role_bindings: values(3) };
+                Built::Ready(Arc::new(Snapshot { generation, policy: Policy::new(&objects) }))
+            }
+            Err(why) => why,
+        };
         let _previous = tx.send_replace(next);
         let changed = futures::future::select_all(kinds.iter_mut().map(|k| Box::pin(k.changed())));
         tokio::select! {

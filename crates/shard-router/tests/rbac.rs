@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
 
+#[derive(Clone)]
 struct Cluster {
     url: String,
     kubeconfig: std::path::PathBuf,
@@ -35,7 +36,7 @@ impl Cluster {
     }
 
     async fn kubectl_async(&self, token: Option<&'static str>, args: &[&str]) -> std::process::Output {
-        let me = Cluster { url: self.url.clone(), kubeconfig: self.kubeconfig.clone(), home: self.home.clone(), ca: self.ca.clone(), client: self.client.clone() };
+        let me = self.clone();
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         tokio::task::spawn_blocking(move || me.kubectl(token, &args.iter().map(String::as_str).collect::<Vec<_>>())).await.unwrap()
     }
