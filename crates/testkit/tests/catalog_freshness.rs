@@ -49,11 +49,15 @@ async fn current_answers_from_a_confirmed_catalog_and_waits_for_a_noted_write() 
     tokio::time::sleep(FRESH + Duration::from_millis(200)).await;
     if !embedded_store() {
         let before = etcd_range_calls(&etcd.endpoint).await;
+        let began = std::time::Instant::now();
         for _ in 0..100 {
             assert!(!serves(&follower.current(CATCH_UP).await, "widgets"));
         }
         let reads = etcd_range_calls(&etcd.endpoint).await - before;
-        assert!(reads <= 3.0, "100 answers after the confirmation aged cost {reads} Range calls");
+        // At most one confirmation per FRESH window the answers span (on a loaded machine the
+        // 100 answers can outlast one window, and the next confirmation is then due too).
+        let windows = 1 + began.elapsed().as_millis() / FRESH.as_millis();
+        assert!(reads <= 3.0 * windows as f64, "100 answers after the confirmation aged cost {reads} Range calls over {windows} freshness window(s)");
     }
 
     // A CRD written by this process and noted is in the very next answer.
