@@ -17,6 +17,7 @@ pub mod authn;
 pub mod authz;
 mod forward;
 mod hub;
+pub mod impersonation;
 mod list;
 mod list_stream;
 mod membership;

@@ -149,9 +149,11 @@ fn routes(app: App) -> Router {
             .route(OPENID_CONFIGURATION, get(openid_configuration).fallback(route_request))
             .route(JWKS, get(jwks).fallback(route_request));
     }
-    // Layers run last-added first: the prologue, then authentication, then authorization.
+    // Layers run last-added first: the prologue, then authentication, then impersonation, then
+    // authorization.
     r.fallback(route_request)
         .layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::authz::authorize))
+        .layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::impersonation::impersonate))
         .layer(axum::middleware::from_fn_with_state(app.authn.clone(), crate::authn::authenticate))
         .layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>))
         .with_state(app)

@@ -171,6 +171,48 @@ async fn rbac_through_four_shards_decides_as_upstream_and_a_revoked_binding_stop
     let lsar = json!({"kind": "LocalSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1", "spec": {"user": "vera", "resourceAttributes": {"namespace": "other", "verb": "list", "resource": "pods"}}});
     assert_eq!(c.call(Some("nobody-token"), reqwest::Method::POST, "/apis/authorization.k8s.io/v1/namespaces/team/localsubjectaccessreviews", Some(lsar)).await.0, 403, "nobody may not review in team");
 
+    // Impersonation takes the `impersonate` verb on each part asked for; the request then acts
+    // as the impersonated user alone.
+    let as_vera = |token: &'static str, group: Option<&'static str>, path: &'static str| {
+        let c = c.clone();
+        async move {
+            let mut r = c.client.get(format!("{}{path}", c.url)).bearer_auth(token).header("Impersonate-User", "vera");
+            if let Some(g) = group {
+                r = r.header("Impersonate-Group", g);
+            }
+            let resp = r.send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    assert_eq!(as_vera("nobody-token", None, "/api/v1/namespaces/team/pods").await, (403, forbidden("users \"vera\" is forbidden: User \"nobody\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope", "", "users", "vera")));
+    let no_user = c.client.get(format!("{}/api/v1/namespaces/team/pods", c.url)).bearer_auth("nobody-token").header("Impersonate-Group", "devs").send().await.unwrap();
+    assert_eq!(no_user.status().as_u16(), 400);
+    let no_user: Value = no_user.json().await.unwrap();
+    assert_eq!((no_user["reason"].as_str(), no_user["message"].as_str()), (Some("BadRequest"), Some("requested [group \"devs\"] without impersonating a user")));
+    let impersonator = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "impersonate-vera"},
+                              "rules": [{"apiGroups": [""], "resources": ["users"], "resourceNames": ["vera"], "verbs": ["impersonate"]}, {"apiGroups": [""], "resources": ["groups"], "resourceNames": ["devs"], "verbs": ["impersonate"]}]});
+    assert_eq!(c.call(None, reqwest::Method::POST, "/apis/rbac.authorization.k8s.io/v1/clusterroles", Some(impersonator)).await.0, 403, "the anonymous caller may not create roles");
+    let out = c.kubectl_async(None, &["create", "clusterrole", "impersonate-vera", "--verb=impersonate", "--resource=users,groups", "--resource-name=vera", "--resource-name=devs"]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = c.kubectl_async(None, &["create", "clusterrolebinding", "nobody-impersonates", "--clusterrole=impersonate-vera", "--user=nobody"]).await;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_for(Duration::from_secs(10), || async { as_vera("nobody-token", None, "/api/v1/namespaces/team/pods").await.0 == 200 }).await;
+    // Acting as vera: her rules, not nobody's and not both.
+    let secrets = as_vera("nobody-token", None, "/api/v1/namespaces/team/secrets").await;
+    assert_eq!(secrets.1["message"], "secrets is forbidden: User \"vera\" cannot list resource \"secrets\" in API group \"\" in the namespace \"team\"");
+    let whoami = c.kubectl_async(Some("nobody-token"), &["auth", "whoami", "--as=vera", "--as-group=devs", "-o", "json"]).await;
+    let review: Value = serde_json::from_slice(&whoami.stdout).unwrap_or(Value::Null);
+    assert_eq!(review["status"]["userInfo"], json!({"username": "vera", "groups": ["devs", "system:authenticated"]}), "{}", String::from_utf8_lossy(&whoami.stderr));
+    assert_eq!(as_vera("nobody-token", Some("admins"), "/api/v1/namespaces/team/pods").await.1["message"], "groups \"admins\" is forbidden: User \"nobody\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope");
+    let sa = c.kubectl_async(Some("nobody-token"), &["get", "pods", "-n", "team", "--as=system:serviceaccount:team:default"]).await;
+    assert!(String::from_utf8_lossy(&sa.stderr).contains("serviceaccounts \"default\" is forbidden: User \"nobody\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"team\""), "{}", String::from_utf8_lossy(&sa.stderr));
+    // The admin impersonates anyone (system:masters is never subject to RBAC), and is then
+    // only that user.
+    let as_eddie = c.kubectl_async(None, &["auth", "can-i", "create", "rolebindings", "-n", "team", "--as=eddie"]).await;
+    assert_eq!(String::from_utf8_lossy(&as_eddie.stdout).trim(), "yes");
+    let as_vera_admin = c.kubectl_async(None, &["auth", "can-i", "create", "rolebindings", "-n", "team", "--as=vera"]).await;
+    assert_eq!(String::from_utf8_lossy(&as_vera_admin.stdout).trim(), "no");
+
     // Revocation: once the RoleBinding is deleted, vera's next requests are refused within the
     // bound (the store's watch brings the change to the router; RFC 0012 states the bound).
     let deleted = c.kubectl_async(None, &["delete", "rolebinding", "viewers", "-n", "team"]).await;
