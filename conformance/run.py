@@ -146,7 +146,7 @@ class Topology:
         if self.name == "shard":
             # A shard alone serves plain HTTP to anyone (it is meant to sit behind a router).
             url, context = f"http://127.0.0.1:{port}", None
-            self.spawn([self.exe, "shard", "--etcd-endpoints", etcd_url, "--listen", f"127.0.0.1:{port}", "--id", "conformance", "--compaction-interval", str(self.compaction)], "shard")
+            self.spawn([self.exe, "shard", "--insecure-plain-http", "--etcd-endpoints", etcd_url, "--listen", f"127.0.0.1:{port}", "--id", "conformance", "--compaction-interval", str(self.compaction)], "shard")
             self.kubeconfig = self.dir / "kubeconfig"
             kubeconfig(url, self.kubeconfig)
         else:

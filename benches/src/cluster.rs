@@ -130,7 +130,7 @@ pub struct StandaloneShard {
 impl StandaloneShard {
     pub async fn start(router: &Path, etcd: &str) -> Self {
         let mut child = Command::new(router)
-            .args(["shard", "--standalone", "--id", "bench-baseline", "--etcd-endpoints", etcd, "--listen", "127.0.0.1:0", "--compaction-interval", "0", "--bookmark-interval", "60"])
+            .args(["shard", "--standalone", "--insecure-plain-http", "--id", "bench-baseline", "--etcd-endpoints", etcd, "--listen", "127.0.0.1:0", "--compaction-interval", "0", "--bookmark-interval", "60"])
             .env(shardplane_http::protocol::EXIT_WITH_STDIN, "1")
             .env("RUST_LOG", "error")
             .stdin(Stdio::piped())

@@ -21,9 +21,39 @@ struct Args {
     /// etcd endpoints, comma-separated.
     #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
-    /// Address to serve on (plain HTTP, loopback).
+    /// Address to serve on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
+    /// Serve plain HTTP to anyone who reaches the port, the router's internal headers believed
+    /// from any caller. For tests and benchmarks on a machine of one's own, never anything
+    /// shared; otherwise `--tls-cert-file` is needed (RFC 0012).
+    #[arg(long, conflicts_with_all = ["tls_cert_file", "requestheader_client_ca_file", "client_ca_file", "token_auth_file"])]
+    insecure_plain_http: bool,
+    /// The serving certificate (PEM), as kube-apiserver's flag.
+    #[arg(long, requires = "tls_private_key_file")]
+    tls_cert_file: Option<std::path::PathBuf>,
+    /// The serving certificate's key (PEM).
+    #[arg(long, requires = "tls_cert_file")]
+    tls_private_key_file: Option<std::path::PathBuf>,
+    /// The lowest TLS version served: VersionTLS12 (the default) or VersionTLS13.
+    #[arg(long, default_value = "VersionTLS12")]
+    tls_min_version: String,
+    /// Serve the routers alone: every connection must present a client certificate this CA
+    /// (the front proxy's) signed, and only then are the user it names (`X-Remote-User`,
+    /// `X-Remote-Group`, …) and the router's other headers believed; as kube-apiserver's flag.
+    #[arg(long, requires = "tls_cert_file", conflicts_with_all = ["client_ca_file", "token_auth_file"])]
+    requestheader_client_ca_file: Option<std::path::PathBuf>,
+    /// The common names a front-proxy certificate may have (comma-separated; any when empty).
+    #[arg(long, value_delimiter = ',', requires = "requestheader_client_ca_file")]
+    requestheader_allowed_names: Vec<String>,
+    /// A standalone shard's clients: certificates this CA signed name their user (CN) and
+    /// groups (O).
+    #[arg(long, requires = "tls_cert_file")]
+    client_ca_file: Option<std::path::PathBuf>,
+    /// A standalone shard's clients: bearer tokens and their users, as kube-apiserver's file
+    /// (`token,user,uid[,"group1,group2"]`).
+    #[arg(long, requires = "tls_cert_file")]
+    token_auth_file: Option<std::path::PathBuf>,
     /// Hash range owned, `0xLO-0xHI` (16 hex digits; the end may be 0x10000000000000000). Repeatable.
     #[arg(long = "range")]
     ranges: Vec<HashRange>,
@@ -72,6 +102,28 @@ struct Args {
     storage_config: Option<std::path::PathBuf>,
 }
 
+/// Who may reach the shard, from the flags: the routers alone (`--requestheader-client-ca-file`),
+/// clients it authenticates, or (`--insecure-plain-http`) anyone over plain HTTP.
+fn access(args: &Args) -> Result<crate::access::Access, String> {
+    use crate::access::Access;
+    use shardplane_identity::tls::{server_config, TlsFlags};
+    if args.insecure_plain_http {
+        return Ok(Access::Insecure);
+    }
+    let (Some(cert_file), Some(key_file)) = (args.tls_cert_file.clone(), args.tls_private_key_file.clone()) else {
+        return Err("a shard serves HTTPS: give --tls-cert-file and --tls-private-key-file (with --requestheader-client-ca-file behind a router), or --insecure-plain-http".into());
+    };
+    let flags = |client_ca_file, require_client_certificate| TlsFlags { cert_file: cert_file.clone(), key_file: key_file.clone(), client_ca_file, min_version: args.tls_min_version.clone(), require_client_certificate };
+    if let Some(ca) = &args.requestheader_client_ca_file {
+        let tls = server_config(&flags(Some(ca.clone()), true)).map_err(|e| e.to_string())?;
+        return Ok(Access::FrontProxy { tls, allowed_names: args.requestheader_allowed_names.clone() });
+    }
+    let tokens = args.token_auth_file.as_deref().map(shardplane_identity::authn::TokenFile::load).transpose().map_err(|e| format!("--token-auth-file {e}"))?;
+    let tls = server_config(&flags(args.client_ca_file.clone(), false)).map_err(|e| e.to_string())?;
+    let authenticator = shardplane_identity::authn::Authenticator { tokens, service_accounts: None, anonymous: true };
+    Ok(Access::Clients { tls, authenticator: std::sync::Arc::new(authenticator) })
+}
+
 /// A token cancelled on SIGINT (Ctrl-C) or SIGTERM. Call inside a tokio runtime.
 pub fn shutdown_on_signal() -> CancellationToken {
     let shutdown = CancellationToken::new();
@@ -117,6 +169,13 @@ async fn run_async(args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let access = match access(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("shard-server: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let config = ShardConfig {
         id: args.id,
         etcd_endpoints: args.etcd_endpoints,
@@ -136,6 +195,7 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         member_ttl: Duration::from_secs(args.member_ttl_seconds.max(1)),
         standalone: args.standalone,
         storage_contract,
+        access,
     };
     let shutdown = shutdown_on_signal();
     if std::env::var_os(EXIT_WITH_STDIN).is_some() {

@@ -8,6 +8,7 @@
 //! router acts on), never answer a read from a cache that has not reached the requested revision,
 //! and never write to etcd except by compare-and-swap on the object's own key.
 
+pub mod access;
 mod admission;
 mod apply;
 mod binding;

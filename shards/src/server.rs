@@ -53,6 +53,8 @@ pub struct ShardConfig {
     /// Which resources are on an etcd of their own (`--storage-config`); the rest, and the
     /// cluster's control data, are on `etcd_endpoints`.
     pub storage_contract: StorageContract,
+    /// Who may reach the shard's port, and over what (RFC 0012).
+    pub access: crate::access::Access,
 }
 
 /// Connects to etcd, starts the caches and background loops, and serves HTTP until `shutdown`.
@@ -79,14 +81,17 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     tokio::spawn(crate::rbac_aggregation::run(shard.clone()));
     let limits = InflightLimits::new(config.max_requests_inflight, config.max_mutating_inflight);
     let shard_for_members = shard.clone();
-    let app = router(shard, limits);
+    let app = router(shard, limits, config.access.clone());
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
-    shard_for_members.set_url(format!("http://{}", listener.local_addr()?));
+    let url = format!("{}://{}", config.access.scheme(), listener.local_addr()?);
+    shard_for_members.set_url(url.clone());
     on_listen(listener.local_addr()?);
-    tracing::info!(id = %config.id, addr = %listener.local_addr()?, ranges = %config.ranges, "shard serving");
-    let url = format!("http://{}", listener.local_addr()?);
+    tracing::info!(id = %config.id, addr = %listener.local_addr()?, ranges = %config.ranges, access = ?config.access, "shard serving");
     let member = (!config.standalone).then(|| crate::membership::register(shard_for_members, url, config.member_ttl, shutdown.clone()));
-    let served = shardplane_http::serve::serve(listener, app, Default::default(), shutdown.clone()).await;
+    let served = match config.access.tls() {
+        None => shardplane_http::serve::serve(listener, app, Default::default(), shutdown.clone()).await,
+        Some(tls) => shardplane_http::serve::serve_tls(listener, app, tls, Default::default(), shutdown.clone()).await,
+    };
     // The member key goes before the process does (a coordinator would otherwise take the shard
     // for live, or for one that joined, until its lease ran out).
     if let Some(member) = member {
@@ -97,8 +102,9 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
 
 /// The HTTP routes of a shard: health and metrics, discovery, OpenAPI, the router protocol's
 /// internal paths, and every resource path (the fallback), all behind the shared request
-/// prologue (`shardplane_http::request::prologue`).
-pub fn router(shard: Arc<Shard>, limits: InflightLimits) -> Router {
+/// prologue (`shardplane_http::request::prologue`) and then the check of who is calling
+/// ([`crate::access`]).
+pub fn router(shard: Arc<Shard>, limits: InflightLimits, access: crate::access::Access) -> Router {
     let surface = Surface { server: shard.id.clone(), limits, metrics: shard.metrics.clone() };
     let app = App { shard, surface };
     let mut r = Router::new();
@@ -125,7 +131,10 @@ pub fn router(shard: Arc<Shard>, limits: InflightLimits) -> Router {
         let route = route.fallback(resource);
         r = r.route(&format!("{path}/"), route.clone()).route(path, route);
     }
-    r.fallback(resource).layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>)).with_state(app)
+    r.fallback(resource)
+        .layer(axum::middleware::from_fn_with_state(Arc::new(access), crate::access::admit))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>))
+        .with_state(app)
 }
 
 /// The shard and its request surface: the state every route shares.

@@ -145,7 +145,7 @@ async fn serve_request<A: Api>(api: A, req: Request, next: Next) -> Response<Bod
     let labels = RequestLabels::of(&parts.method, target.as_ref(), watch);
     let counted = !labels.resource.is_empty() || matches!(path.as_str(), "/api" | "/apis" | "/version");
     let surface = api.surface();
-    let span = tracing::info_span!("request", server = %surface.server, verb = %labels.verb, %path, resource = %labels.resource);
+    let span = tracing::info_span!("request", server = %surface.server, verb = %labels.verb, %path, resource = %labels.resource, user = tracing::field::Empty);
     let resp = async {
         // A watch runs until its own timeout (timeoutSeconds, or the server's minimum request
         // timeout); everything else within the request timeout, which `timeout` may shorten.

@@ -1,6 +1,9 @@
 //! The cluster's PKI, as the first start creates it (RFC 0012): a CA, a serving certificate for
-//! the router's addresses, the admin's client certificate (group `system:masters`) and the key
-//! ServiceAccount tokens are signed with, each a PEM file of mode 0600 in a 0700 directory.
+//! the router's addresses (the shards it starts serve with it too), the admin's client
+//! certificate (group `system:masters`), the key ServiceAccount tokens are signed with, and a
+//! second CA, the front proxy's, whose one client certificate is how a router proves itself to
+//! its shards (kubeadm's `front-proxy-ca` and `front-proxy-client`); each a PEM file of mode 0600
+//! in a 0700 directory.
 //!
 //! A directory that already holds every file is used as it is, so a restart keeps the
 //! credentials clients were given; one that holds only some is filled again from a new CA
@@ -17,6 +20,13 @@ const CA_DAYS: u64 = 3650;
 const LEAF_DAYS: u64 = 365;
 /// The admin's user name, as kubeadm names it.
 pub const ADMIN_USER: &str = "kubernetes-admin";
+/// The common name of the router's client certificate to its shards, as kubeadm names the
+/// front proxy's.
+pub const FRONT_PROXY_CLIENT: &str = "front-proxy-client";
+/// The common name of the cluster CA.
+pub const CLUSTER_CA: &str = "shardplane-ca";
+/// The common name of the front proxy's CA.
+pub const FRONT_PROXY_CA: &str = "front-proxy-ca";
 
 /// Why the PKI could not be made or read.
 #[derive(Debug)]
@@ -69,7 +79,10 @@ fn subject(common_name: &str, organizations: &[&str]) -> DistinguishedName {
 impl Authority {
     /// A new self-signed CA named `common_name`.
     pub fn generate(common_name: &str) -> Result<Self, PkiError> {
-        let key = KeyPair::generate()?;
+        Self::with_key(common_name, KeyPair::generate()?)
+    }
+
+    fn with_key(common_name: &str, key: KeyPair) -> Result<Self, PkiError> {
         let mut params = CertificateParams::default();
         params.distinguished_name = subject(common_name, &[]);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -77,6 +90,12 @@ impl Authority {
         validity(&mut params, CA_DAYS);
         let cert = params.self_signed(&key)?;
         Ok(Self { cert, issuer: Issuer::new(params, key) })
+    }
+
+    /// The CA `generate` made as `common_name`, from its key (PEM): what it signs chains to
+    /// the certificate made then (its subject and key are the same).
+    pub fn from_key(common_name: &str, key_pem: &str) -> Result<Self, PkiError> {
+        Self::with_key(common_name, KeyPair::from_pem(key_pem)?)
     }
 
     /// The CA's certificate.
@@ -129,7 +148,20 @@ pub struct Pki {
 }
 
 /// The files, in the order they are written (the CA last, so a directory with a CA is whole).
-const FILES: [&str; 8] = ["apiserver.crt", "apiserver.key", "admin.crt", "admin.key", "sa.key", "sa.pub", "ca.key", "ca.crt"];
+const FILES: [&str; 12] = [
+    "apiserver.crt",
+    "apiserver.key",
+    "admin.crt",
+    "admin.key",
+    "sa.key",
+    "sa.pub",
+    "front-proxy-client.crt",
+    "front-proxy-client.key",
+    "front-proxy-ca.key",
+    "front-proxy-ca.crt",
+    "ca.key",
+    "ca.crt",
+];
 
 impl Pki {
     /// The CA certificate (upstream's `--client-ca-file`, and the kubeconfig's authority).
@@ -164,6 +196,19 @@ impl Pki {
     pub fn service_account_public_key(&self) -> PathBuf {
         self.dir.join("sa.pub")
     }
+    /// The front proxy's CA: a shard trusts the router whose client certificate it signed
+    /// (upstream's `--requestheader-client-ca-file`).
+    pub fn front_proxy_ca_cert(&self) -> PathBuf {
+        self.dir.join("front-proxy-ca.crt")
+    }
+    /// The router's client certificate to its shards (upstream's `--proxy-client-cert-file`).
+    pub fn front_proxy_client_cert(&self) -> PathBuf {
+        self.dir.join("front-proxy-client.crt")
+    }
+    /// Its key (`--proxy-client-key-file`).
+    pub fn front_proxy_client_key(&self) -> PathBuf {
+        self.dir.join("front-proxy-client.key")
+    }
 
     /// The PKI in `dir`, made there first if any file is missing; `hosts` are the addresses the
     /// serving certificate is for.
@@ -176,10 +221,12 @@ impl Pki {
             tracing::warn!(dir = %dir.display(), "the PKI is incomplete: making a new CA, so every credential it issued stops working");
         }
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| PkiError::Io(dir.to_owned(), e))?;
-        let ca = Authority::generate("shardplane-ca")?;
+        let ca = Authority::generate(CLUSTER_CA)?;
         let (serving, serving_key) = ca.server_certificate("shardplane-apiserver", hosts)?;
         let (admin, admin_key) = ca.client_certificate(ADMIN_USER, Some(crate::user::MASTERS))?;
         let sa = KeyPair::generate()?;
+        let front_proxy = Authority::generate(FRONT_PROXY_CA)?;
+        let (proxy_client, proxy_client_key) = front_proxy.client_certificate(FRONT_PROXY_CLIENT, None)?;
         for (path, text) in [
             (pki.serving_cert(), serving.pem()),
             (pki.serving_key(), serving_key.serialize_pem()),
@@ -187,6 +234,10 @@ impl Pki {
             (pki.admin_key(), admin_key.serialize_pem()),
             (pki.service_account_key(), sa.serialize_pem()),
             (pki.service_account_public_key(), sa.public_key_pem()),
+            (pki.front_proxy_client_cert(), proxy_client.pem()),
+            (pki.front_proxy_client_key(), proxy_client_key.serialize_pem()),
+            (pki.dir.join("front-proxy-ca.key"), front_proxy.key().serialize_pem()),
+            (pki.front_proxy_ca_cert(), front_proxy.certificate().pem()),
             (pki.ca_key(), ca.key().serialize_pem()),
             (pki.ca_cert(), ca.certificate().pem()),
         ] {

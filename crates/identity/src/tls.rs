@@ -126,8 +126,12 @@ pub struct TlsFlags {
     pub cert_file: PathBuf,
     /// `--tls-private-key-file`.
     pub key_file: PathBuf,
-    /// `--client-ca-file`: client certificates signed by it are verified; none is required.
+    /// `--client-ca-file`: client certificates signed by it are verified; none is required
+    /// unless [`TlsFlags::require_client_certificate`].
     pub client_ca_file: Option<PathBuf>,
+    /// Refuse, in the handshake, a client without a certificate the client CA signed (a shard
+    /// behind a router: only the router may connect).
+    pub require_client_certificate: bool,
     /// `--tls-min-version`.
     pub min_version: String,
 }
@@ -141,17 +145,39 @@ pub fn server_config(flags: &TlsFlags) -> Result<Arc<ServerConfig>, TlsError> {
     let builder = match &flags.client_ca_file {
         None => builder.with_no_client_auth(),
         Some(ca) => {
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(ca).map_err(|e| TlsError(format!("{}: {e}", ca.display())))? {
-                roots.add(cert.map_err(|e| TlsError(format!("{}: {e}", ca.display())))?).map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
-            }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).allow_unauthenticated().build().map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider);
+            let verifier = if flags.require_client_certificate { verifier } else { verifier.allow_unauthenticated() };
+            let verifier = verifier.build().map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let mut config = builder.with_cert_resolver(Arc::new(ReloadingCertificate::new(&flags.cert_file, &flags.key_file)?));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
+}
+
+/// The certificates in a PEM file, as a root store.
+fn roots(ca: &Path) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| TlsError(format!("{}: {e}", ca.display())))? {
+        roots.add(cert.map_err(|e| TlsError(format!("{}: {e}", ca.display())))?).map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
+    }
+    Ok(roots)
+}
+
+/// A client configuration that trusts the servers `ca` signed and presents the certificate in
+/// `cert` and `key` (the router to its shards), speaking HTTP/1.1.
+pub fn client_config(ca: &Path, cert: &Path, key: &Path) -> Result<rustls::ClientConfig, TlsError> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert).and_then(|it| it.collect::<Result<_, _>>()).map_err(|e| TlsError(format!("{}: {e}", cert.display())))?;
+    let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| TlsError(format!("{}: {e}", key.display())))?;
+    let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError(e.to_string()))?
+        .with_root_certificates(roots(ca)?)
+        .with_client_auth_cert(certs, key_der)
+        .map_err(|e| TlsError(format!("{}: {e}", cert.display())))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
 }
 
 #[cfg(test)]

@@ -87,6 +87,7 @@ pub async fn authenticate(State(auth): State<Arc<Authentication>>, mut req: Requ
     };
     match named {
         Ok(user) => {
+            tracing::Span::current().record("user", user.name.as_str());
             req.headers_mut().remove(header::AUTHORIZATION);
             req.extensions_mut().insert(user);
             next.run(req).await

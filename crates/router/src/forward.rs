@@ -19,7 +19,8 @@ const PASSED: [&str; 3] = ["accept", "content-type", GENERATED_NAME_HEADER];
 pub struct Forwarded<'a> {
     pub method: &'a Method,
     pub path_and_query: &'a str,
-    /// The client's headers; only [`PASSED`] ones go on.
+    /// The client's headers; only [`PASSED`] ones go on, and the front-proxy headers naming
+    /// the user the router authenticated.
     pub headers: &'a HeaderMap,
     pub body: Bytes,
 }
@@ -76,6 +77,11 @@ impl RouterState {
             if let Some(v) = request.headers.get(h) {
                 req = req.header(h, v);
             }
+        }
+        // The user, named by the router (a client's own `X-Remote-*` headers were removed
+        // before the router set these, RFC 0012).
+        for (k, v) in request.headers.iter().filter(|(k, _)| shardplane_identity::front_proxy::is_front_proxy_header(k.as_str())) {
+            req = req.header(k, v);
         }
         let resp = self.send(base, req).await?;
         let mut out = Response::builder().status(resp.status());

@@ -43,6 +43,8 @@ pub struct RouterConfig {
     pub storage_contract: shardplane_storage::StorageContract,
     /// How clients connect and are named (RFC 0012).
     pub client_facing: ClientFacing,
+    /// How the router proves itself to shards serving HTTPS (RFC 0012); plain HTTP without.
+    pub shard_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// How the router meets its clients (RFC 0012): over TLS or plain HTTP, and who each request
@@ -102,7 +104,7 @@ pub async fn serve(config: RouterConfig, shutdown: CancellationToken, on_listen:
         return Err(std::io::Error::other("no shards: pass --shard-urls"));
     }
     let stores = connect_stores(&config.etcd_endpoints, &config.storage_contract).await?;
-    serve_shards(RouterState::connect(stores, config.shard_urls, config.bookmark_interval).await?, config.listen, config.client_facing, shutdown, on_listen).await
+    serve_shards(RouterState::connect(stores, config.shard_urls, config.bookmark_interval, config.shard_tls).await?, config.listen, config.client_facing, shutdown, on_listen).await
 }
 
 /// Serves over `shards` (whose URLs a topology supervisor may update) until `shutdown`, meeting
@@ -182,8 +184,19 @@ async fn metrics(State(app): State<App>) -> Response<Body> {
     r
 }
 
-async fn route_request(State(app): State<App>, user: Option<axum::Extension<UserInfo>>, ctx: RequestContext) -> Reply {
+async fn route_request(State(app): State<App>, user: Option<axum::Extension<UserInfo>>, mut ctx: RequestContext) -> Reply {
     let user = user.map_or_else(shardplane_identity::authn::anonymous, |axum::Extension(u)| u);
+    // The shards learn the user from the router alone: what a client sent under those names
+    // goes no further, and the router's own are set (RFC 0012, "Inside the cluster").
+    let theirs: Vec<_> = ctx.headers.keys().filter(|k| shardplane_identity::front_proxy::is_front_proxy_header(k.as_str())).cloned().collect();
+    for k in theirs {
+        ctx.headers.remove(k);
+    }
+    for (k, v) in shardplane_identity::front_proxy::headers(&user) {
+        if let (Ok(k), Ok(v)) = (axum::http::HeaderName::try_from(k), HeaderValue::try_from(v)) {
+            ctx.headers.append(k, v);
+        }
+    }
     Ok(route(&app, &user, ctx).await?)
 }
 

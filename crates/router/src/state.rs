@@ -63,11 +63,17 @@ const DESCRIBE_WITHIN: Duration = Duration::from_secs(60);
 impl RouterState {
     /// Fronts the shards at `urls`: asks each who it is and what it caches, publishes the range
     /// map those answers make (a new epoch only if ownership changed) and routes by it.
-    pub async fn connect(stores: Stores, urls: Vec<String>, bookmark_interval: Duration) -> std::io::Result<Arc<Self>> {
+    /// `shard_tls`: how the router proves itself to shards that serve HTTPS (its front-proxy
+    /// client certificate, RFC 0012).
+    pub async fn connect(stores: Stores, urls: Vec<String>, bookmark_interval: Duration, shard_tls: Option<Arc<rustls::ClientConfig>>) -> std::io::Result<Arc<Self>> {
         let storage = stores.main();
         // A shard that does not accept within seconds is down; keepalive notices a connection
         // whose shard vanished without closing it (watch streams stay open for minutes).
-        let http = shardplane_http::outbound::client_builder().connect_timeout(std::time::Duration::from_secs(5)).tcp_keepalive(std::time::Duration::from_secs(15)).build().map_err(std::io::Error::other)?;
+        let mut http = shardplane_http::outbound::client_builder().connect_timeout(std::time::Duration::from_secs(5)).tcp_keepalive(std::time::Duration::from_secs(15));
+        if let Some(tls) = shard_tls {
+            http = http.tls_backend_preconfigured((*tls).clone());
+        }
+        let http = http.build().map_err(std::io::Error::other)?;
         let mut described = Vec::new();
         let mut history = HistoryBound { events: usize::MAX, window: Duration::MAX };
         for url in &urls {

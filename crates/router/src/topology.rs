@@ -26,6 +26,9 @@ pub struct ShardLaunch {
     pub shard_args: Vec<String>,
     /// The storage contract file every shard reads (`--storage-config`), and what it says.
     pub storage_config: Option<(PathBuf, shardplane_storage::StorageContract)>,
+    /// How the router proves itself to the shards when they serve HTTPS (their TLS flags are
+    /// in `shard_args`).
+    pub shard_tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// How long a shard has to stop on its own at shutdown before it is killed.
@@ -43,7 +46,7 @@ pub async fn start(launch: ShardLaunch, k: u32, bookmark_interval: Duration, shu
     // ranges changed owner since the last run) before the router serves.
     let contract = launch.storage_config.as_ref().map(|(_, c)| c.clone()).unwrap_or_default();
     let stores = crate::server::connect_stores(&launch.etcd_endpoints, &contract).await?;
-    let shards = RouterState::connect(stores, started.iter().map(|(_, url)| url.clone()).collect(), bookmark_interval).await?;
+    let shards = RouterState::connect(stores, started.iter().map(|(_, url)| url.clone()).collect(), bookmark_interval, launch.shard_tls.clone()).await?;
     let pids = started.iter().map(|(c, _)| c.id().unwrap_or(0)).collect();
     let supervisors = started
         .into_iter()
@@ -71,7 +74,8 @@ async fn spawn_shard(launch: &ShardLaunch, i: usize, range: HashRange) -> std::i
     let url = tokio::time::timeout(Duration::from_secs(60), async {
         while let Some(line) = lines.next_line().await? {
             if let Some(addr) = line.strip_prefix("listening on ") {
-                return Ok(format!("http://{addr}"));
+                let scheme = if launch.shard_tls.is_some() { "https" } else { "http" };
+                return Ok(format!("{scheme}://{addr}"));
             }
         }
         Err(std::io::Error::other(format!("shard {i} exited before listening")))

@@ -122,7 +122,7 @@ fn tls_setup(args: &Args) -> Result<Option<(shardplane_identity::tls::TlsFlags, 
         _ => (pki.serving_cert(), pki.serving_key()),
     };
     let client_ca_file = Some(args.client_ca_file.clone().unwrap_or_else(|| pki.ca_cert()));
-    Ok(Some((TlsFlags { cert_file, key_file, client_ca_file, min_version: args.tls_min_version.clone() }, Some(pki))))
+    Ok(Some((TlsFlags { cert_file, key_file, client_ca_file, min_version: args.tls_min_version.clone(), require_client_certificate: false }, Some(pki))))
 }
 
 // jemalloc: its heap statistics are each shard's `shardplane_heap_allocated_bytes`.
@@ -212,13 +212,39 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             }
         }
     }
+    // The shards serve the routers alone over HTTPS, when the router serves HTTPS: with the
+    // PKI's serving pair, trusting the front proxy's CA, whose client certificate the router
+    // presents (RFC 0012, "Inside the cluster").
+    let (shard_access_args, shard_tls) = match &pki {
+        None => (vec!["--insecure-plain-http".to_owned()], None),
+        Some(p) => match shardplane_identity::tls::client_config(&p.ca_cert(), &p.front_proxy_client_cert(), &p.front_proxy_client_key()) {
+            Ok(c) => {
+                let path = |f: std::path::PathBuf| f.to_string_lossy().into_owned();
+                let flags = vec![
+                    "--tls-cert-file".to_owned(),
+                    path(p.serving_cert()),
+                    "--tls-private-key-file".to_owned(),
+                    path(p.serving_key()),
+                    "--requestheader-client-ca-file".to_owned(),
+                    path(p.front_proxy_ca_cert()),
+                    "--requestheader-allowed-names".to_owned(),
+                    shardplane_identity::pki::FRONT_PROXY_CLIENT.to_owned(),
+                ];
+                (flags, Some(std::sync::Arc::new(c)))
+            }
+            Err(e) => {
+                eprintln!("shard-router: the front proxy's client certificate: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        },
+    };
     let mut supervisors = Vec::new();
     let shards = if args.shard_urls.is_empty() {
         if args.shard_count == 0 {
             eprintln!("shard-router: --shards must be at least 1");
             return std::process::ExitCode::from(2);
         }
-        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: vec!["--compaction-interval".into(), args.compaction_interval.to_string()], storage_config: args.storage_config.clone().map(|p| (p, contract.clone())) };
+        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(shard_access_args).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
         match topology::start(launch, args.shard_count, std::time::Duration::from_secs(args.bookmark_interval.max(1)), shutdown.clone()).await {
             Ok((s, sup, pids)) => {
                 supervisors = sup;
@@ -234,7 +260,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
         }
     } else {
         let connected = match shardplane_router::connect_stores(&args.etcd_endpoints, &contract).await {
-            Ok(stores) => RouterState::connect(stores, args.shard_urls.clone(), std::time::Duration::from_secs(args.bookmark_interval.max(1))).await,
+            Ok(stores) => RouterState::connect(stores, args.shard_urls.clone(), std::time::Duration::from_secs(args.bookmark_interval.max(1)), shard_tls).await,
             Err(e) => Err(std::io::Error::other(format!("etcd: {e}"))),
         };
         match connected {

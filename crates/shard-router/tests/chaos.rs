@@ -35,7 +35,7 @@ fn spawn(args: &[&str]) -> (KillOnDrop, String) {
 
 fn spawn_shard(etcd: &str, id: &str, range: Option<HashRange>) -> (KillOnDrop, String) {
     let range = range.map(|r| r.to_string());
-    let mut args = vec!["shard", "--etcd-endpoints", etcd, "--listen", "127.0.0.1:0", "--id", id, "--bookmark-interval", "1", "--member-ttl-seconds", MEMBER_TTL];
+    let mut args = vec!["shard", "--insecure-plain-http", "--etcd-endpoints", etcd, "--listen", "127.0.0.1:0", "--id", id, "--bookmark-interval", "1", "--member-ttl-seconds", MEMBER_TTL];
     match &range {
         Some(r) => args.extend(["--range", r.as_str()]),
         None => args.push("--empty"),

@@ -63,6 +63,7 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         member_ttl: Duration::from_secs(10),
         standalone: false,
         storage_contract: Default::default(),
+        access: Default::default(),
     }
 }
 
@@ -98,7 +99,7 @@ impl TestShard {
     pub async fn start_router_with(etcd_endpoints: &[String], shard_urls: Vec<String>, bookmark_interval: Duration, storage_contract: shardplane_storage::StorageContract) -> Self {
         let shutdown = CancellationToken::new();
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls, etcd_endpoints: etcd_endpoints.to_vec(), bookmark_interval, storage_contract, client_facing: Default::default() };
+        let rc = shardplane_router::RouterConfig { listen: "127.0.0.1:0".parse().unwrap(), shard_urls, etcd_endpoints: etcd_endpoints.to_vec(), bookmark_interval, storage_contract, client_facing: Default::default(), shard_tls: None };
         let token = shutdown.clone();
         tokio::spawn(async move {
             shardplane_router::serve(rc, token, move |a| {

@@ -126,7 +126,7 @@ async fn a_storage_contract_that_cannot_be_followed_is_refused_with_the_reason()
     let dir = tempdir::Dir::new();
     let path = dir.0.join("contract.json");
     std::fs::write(&path, r#"{"resources": [{"group": "", "resource": "configmaps", "endpoints": []}]}"#).unwrap();
-    let out = std::process::Command::new(workspace_binary("shard-server")).args(["--standalone", "--storage-config"]).arg(&path).output().unwrap();
+    let out = std::process::Command::new(workspace_binary("shard-server")).args(["--standalone", "--insecure-plain-http", "--storage-config"]).arg(&path).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--storage-config") && err.contains("configmaps") && err.contains("needs at least one etcd endpoint"), "{err}");
