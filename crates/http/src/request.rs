@@ -84,6 +84,12 @@ struct Parsed {
     watch: bool,
 }
 
+/// The body the prologue read and whether the request is a watch, for the layers that run
+/// after it (audit records the body); `None` outside the prologue.
+pub fn read_by_prologue(extensions: &axum::http::Extensions) -> Option<(&Bytes, bool)> {
+    extensions.get::<Parsed>().map(|p| (&p.body, p.watch))
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for RequestContext {
     type Rejection = Failure;
 

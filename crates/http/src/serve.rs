@@ -45,6 +45,10 @@ pub const MAX_STREAMS_PER_CONNECTION: u32 = 1000;
 #[derive(Clone, Debug)]
 pub struct ClientCertificates(pub Arc<Vec<CertificateDer<'static>>>);
 
+/// The address a request's connection comes from (a request extension).
+#[derive(Clone, Copy, Debug)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
 /// Serves `app` on `listener` until `shutdown`, over plain HTTP/1.1.
 pub async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits, shutdown: CancellationToken) -> std::io::Result<()> {
     serve_with(listener, app, None, limits, shutdown).await
@@ -67,7 +71,7 @@ async fn serve_with(listener: TcpListener, app: Router, tls: Option<tokio_rustls
     let http = Arc::new(http);
     let graceful = GracefulShutdown::new();
     loop {
-        let (stream, _) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(s) => s,
                 // Out of file descriptors and the like: wait a moment rather than spin.
@@ -84,11 +88,11 @@ async fn serve_with(listener: TcpListener, app: Router, tls: Option<tokio_rustls
         let (app, http, watcher, tls) = (app.clone(), http.clone(), graceful.watcher(), tls.clone());
         tokio::spawn(async move {
             match tls {
-                None => serve_connection(TokioIo::new(stream), app, None, &http, watcher).await,
+                None => serve_connection(TokioIo::new(stream), app, peer, None, &http, watcher).await,
                 Some(acceptor) => {
                     let Some(stream) = handshake(acceptor, stream, limits.header_read).await else { return };
                     let certs = stream.get_ref().1.peer_certificates().map(|c| ClientCertificates(Arc::new(c.iter().map(|c| c.clone().into_owned()).collect())));
-                    serve_connection(TokioIo::new(stream), app, certs, &http, watcher).await;
+                    serve_connection(TokioIo::new(stream), app, peer, certs, &http, watcher).await;
                 }
             }
         });
@@ -116,11 +120,12 @@ async fn handshake(acceptor: tokio_rustls::TlsAcceptor, stream: TcpStream, bound
     }
 }
 
-async fn serve_connection<I>(io: TokioIo<I>, app: Router, certs: Option<ClientCertificates>, http: &hyper_util::server::conn::auto::Builder<TokioExecutor>, watcher: hyper_util::server::graceful::Watcher)
+async fn serve_connection<I>(io: TokioIo<I>, app: Router, peer: std::net::SocketAddr, certs: Option<ClientCertificates>, http: &hyper_util::server::conn::auto::Builder<TokioExecutor>, watcher: hyper_util::server::graceful::Watcher)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(PeerAddr(peer));
         if let Some(c) = &certs {
             req.extensions_mut().insert(c.clone());
         }

@@ -33,6 +33,21 @@ impl UserInfo {
     }
 }
 
+impl UserInfo {
+    /// The user as upstream's `UserInfo` JSON writes it (`username`, `uid`, `groups`, `extra`;
+    /// `uid` and `extra` left out when empty), as reviews and audit events carry it.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut info = serde_json::json!({"username": self.name, "groups": self.groups});
+        if !self.uid.is_empty() {
+            info["uid"] = serde_json::json!(self.uid);
+        }
+        if !self.extra.is_empty() {
+            info["extra"] = serde_json::json!(self.extra);
+        }
+        info
+    }
+}
+
 /// The user a client certificate names (upstream's x509 authenticator: the subject's CN is the
 /// user, each O a group), or `None` when the certificate cannot be read or names nobody. The
 /// certificate must already be verified against the client CA (the TLS handshake does that).

@@ -35,11 +35,13 @@ pub struct Authentication {
     /// ServiceAccount tokens found valid in the last [`TOKEN_RECHECK`], by their `jti` (each
     /// token's own, and the signature is verified before it is looked up), with their users.
     valid: moka::sync::Cache<String, UserInfo>,
+    /// Where a refused request is recorded.
+    auditor: Option<Arc<crate::audit::Auditor>>,
 }
 
 impl Authentication {
-    pub fn new(authenticator: Arc<Authenticator>, shards: Arc<RouterState>) -> Self {
-        Self { authenticator, shards, valid: moka::sync::Cache::builder().max_capacity(REMEMBERED_TOKENS).time_to_live(TOKEN_RECHECK).build() }
+    pub fn new(authenticator: Arc<Authenticator>, shards: Arc<RouterState>, auditor: Option<Arc<crate::audit::Auditor>>) -> Self {
+        Self { authenticator, shards, valid: moka::sync::Cache::builder().max_capacity(REMEMBERED_TOKENS).time_to_live(TOKEN_RECHECK).build(), auditor }
     }
 
     /// The user a credential names, once a ServiceAccount token's objects are found; `Err` says
@@ -92,6 +94,12 @@ pub async fn authenticate(State(auth): State<Arc<Authentication>>, mut req: Requ
             req.extensions_mut().insert(user);
             next.run(req).await
         }
-        Err(()) => shardplane_http::body::error(&ApiError::unauthorized()),
+        Err(()) => {
+            if let Some(a) = &auth.auditor {
+                let peer = req.extensions().get::<shardplane_http::serve::PeerAddr>().map(|p| p.0);
+                a.unauthenticated(req.method().as_str(), req.uri(), req.headers(), peer).await;
+            }
+            shardplane_http::body::error(&ApiError::unauthorized())
+        }
     }
 }

@@ -305,7 +305,11 @@ pub async fn authorize(State(authz): State<Arc<Authorizer>>, req: Request, next:
     let user = req.extensions().get::<UserInfo>().cloned().unwrap_or_else(shardplane_identity::authn::anonymous);
     let query = Query::parse(req.uri().query().unwrap_or(""));
     let attrs = rbac::request::attributes(req.method().as_str(), req.uri().path(), query.is_watch(), query.get("fieldSelector").unwrap_or(""));
-    match authz.decide(&user, &attrs).await {
+    let decided = authz.decide(&user, &attrs).await;
+    if let (Ok(d), Some(r)) = (&decided, req.extensions().get::<crate::audit::Recorder>()) {
+        r.decision(d.allowed(), d.reason());
+    }
+    match decided {
         Ok(d) if d.allowed() => next.run(req).await,
         Ok(d) => shardplane_http::body::error(&forbidden(&user, &attrs, d.reason())),
         Err(e) => shardplane_http::body::error(&e),

@@ -47,6 +47,9 @@ pub async fn impersonate(State(authz): State<Arc<Authorizer>>, mut req: Request,
     }
     tracing::debug!(user = %requester.name, as_user = %asked.user.name, "acting as another user");
     req = strip(req);
+    if let Some(r) = req.extensions().get::<crate::audit::Recorder>() {
+        r.impersonated(&asked.user);
+    }
     req.extensions_mut().insert(asked.user);
     req.extensions_mut().insert(Impersonator(requester));
     next.run(req).await

@@ -13,6 +13,7 @@
 //! a gap: a shard that fails turns into a 503 Status or the clean end of a watch. The
 //! `shard-router` binary, which also runs shards as its child processes, is a package of its own.
 
+pub mod audit;
 pub mod authn;
 pub mod authz;
 mod forward;

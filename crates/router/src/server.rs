@@ -57,6 +57,8 @@ pub struct ClientFacing {
     pub authenticator: Arc<shardplane_identity::authn::Authenticator>,
     /// `--authorization-mode` (empty: upstream's default, `AlwaysAllow`).
     pub authorization: Vec<crate::authz::Mode>,
+    /// The audit policy and log (`--audit-policy-file`, `--audit-log-path`); none: no audit.
+    pub auditor: Option<Arc<crate::audit::Auditor>>,
 }
 
 /// The router's state: the shards and its request surface (seats on fan-out, metrics).
@@ -68,6 +70,8 @@ struct App {
     authz: Arc<Authorizer>,
     /// Names every request's user.
     authn: Arc<crate::authn::Authentication>,
+    /// Records requests as the audit policy says.
+    auditor: Option<Arc<crate::audit::Auditor>>,
 }
 
 impl axum::extract::FromRef<App> for Arc<crate::authn::Authentication> {
@@ -114,8 +118,8 @@ pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, clients:
     // The router bounds what it fans out as a shard bounds what it serves (upstream defaults).
     let modes = if clients.authorization.is_empty() { vec![crate::authz::Mode::AlwaysAllow] } else { clients.authorization.clone() };
     let authz = Arc::new(Authorizer::start(modes, &shards.stores, &shutdown));
-    let authn = Arc::new(crate::authn::Authentication::new(clients.authenticator.clone(), shards.clone()));
-    let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() }, authz, authn };
+    let authn = Arc::new(crate::authn::Authentication::new(clients.authenticator.clone(), shards.clone(), clients.auditor.clone()));
+    let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() }, authz, authn, auditor: clients.auditor.clone() };
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
@@ -151,11 +155,12 @@ fn routes(app: App) -> Router {
             .route(OPENID_CONFIGURATION, get(openid_configuration).fallback(route_request))
             .route(JWKS, get(jwks).fallback(route_request));
     }
-    // Layers run last-added first: the prologue, then authentication, then impersonation, then
-    // authorization.
+    // Layers run last-added first: the prologue, then authentication, then audit, then
+    // impersonation, then authorization (upstream's order).
     r.fallback(route_request)
         .layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::authz::authorize))
         .layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::impersonation::impersonate))
+        .layer(axum::middleware::from_fn_with_state(app.auditor.clone(), crate::audit::audit))
         .layer(axum::middleware::from_fn_with_state(app.authn.clone(), crate::authn::authenticate))
         .layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>))
         .with_state(app)

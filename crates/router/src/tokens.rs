@@ -104,14 +104,7 @@ pub async fn token_review(State(auth): State<Arc<Authentication>>, ctx: RequestC
     };
     review["status"] = match outcome {
         Ok((user, valid_for)) => {
-            let mut u = json!({"username": user.name, "groups": user.groups});
-            if !user.uid.is_empty() {
-                u["uid"] = json!(user.uid);
-            }
-            if !user.extra.is_empty() {
-                u["extra"] = json!(user.extra);
-            }
-            json!({"authenticated": true, "user": u, "audiences": valid_for})
+            json!({"authenticated": true, "user": user.to_json(), "audiences": valid_for})
         }
         Err(why) => json!({"user": {}, "error": why}),
     };

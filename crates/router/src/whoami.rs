@@ -15,13 +15,6 @@ pub const PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 /// out when empty).
 pub async fn self_subject_review(user: Option<Extension<UserInfo>>) -> Response<Body> {
     let user = user.map_or_else(shardplane_identity::authn::anonymous, |Extension(u)| u);
-    let mut info = json!({"username": user.name, "groups": user.groups});
-    if !user.uid.is_empty() {
-        info["uid"] = json!(user.uid);
-    }
-    if !user.extra.is_empty() {
-        info["extra"] = json!(user.extra);
-    }
-    let review = json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null}, "status": {"userInfo": info}});
+    let review = json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1", "metadata": {"creationTimestamp": null}, "status": {"userInfo": user.to_json()}});
     shardplane_http::body::json_value(StatusCode::CREATED, &review)
 }

@@ -99,6 +99,42 @@ struct Args {
     /// issuer by default, as upstream).
     #[arg(long, value_delimiter = ',')]
     api_audiences: Vec<String>,
+    /// The audit policy (audit.k8s.io/v1 Policy, YAML or JSON), as kube-apiserver's flag: which
+    /// requests are recorded, at what level and stages. Needs `--audit-log-path`.
+    #[arg(long, requires = "audit_log_path")]
+    audit_policy_file: Option<PathBuf>,
+    /// Where audit events are appended as JSON lines (`-`: standard output).
+    #[arg(long, requires = "audit_policy_file")]
+    audit_log_path: Option<PathBuf>,
+    /// Megabytes of audit log before it is rotated (0: never).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxsize: u64,
+    /// Rotated audit logs kept (0: all).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxbackup: usize,
+    /// Days a rotated audit log is kept (0: forever).
+    #[arg(long, default_value_t = 0)]
+    audit_log_maxage: u64,
+    /// How events reach the log: `blocking` (upstream's default for the log backend: a request
+    /// waits while the log's queue is full) or `blocking-strict`, the same here.
+    #[arg(long, default_value = "blocking")]
+    audit_log_mode: String,
+    /// The audit log's format: `json`, upstream's default (`legacy` is not served).
+    #[arg(long, default_value = "json")]
+    audit_log_format: String,
+}
+
+/// The auditor, when both audit flags are given.
+fn auditor(args: &Args) -> Result<Option<std::sync::Arc<shardplane_router::audit::Auditor>>, String> {
+    if !matches!(args.audit_log_mode.as_str(), "blocking" | "blocking-strict") {
+        return Err(format!("--audit-log-mode {:?}: blocking and blocking-strict are served (batch is not)", args.audit_log_mode));
+    }
+    if args.audit_log_format != "json" {
+        return Err(format!("--audit-log-format {:?}: json is served", args.audit_log_format));
+    }
+    let (Some(policy), Some(path)) = (&args.audit_policy_file, &args.audit_log_path) else { return Ok(None) };
+    let rotation = shardplane_router::audit::log::Rotation { max_size_mb: args.audit_log_maxsize, max_backups: args.audit_log_maxbackup, max_age_days: args.audit_log_maxage };
+    shardplane_router::audit::Auditor::start(policy, path, rotation).map(Some)
 }
 
 /// ServiceAccount tokens, when there is a key to sign them with.
@@ -188,6 +224,13 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let auditor = match auditor(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("shard-router: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let shutdown = shardplane_shard::cli::shutdown_on_signal();
     let contract = match shardplane_storage::StorageContract::from_flag(args.storage_config.as_deref()) {
         Ok(c) => c,
@@ -273,7 +316,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
     };
     let kubeconfig = args.kubeconfig.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens, service_accounts, anonymous: args.anonymous_auth }), authorization };
+    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens, service_accounts, anonymous: args.anonymous_auth }), authorization, auditor };
     let result = serve_shards(shards, args.listen, clients, shutdown.clone(), move |addr| {
         let server = format!("{scheme}://{addr}");
         if let Some(dir) = kubeconfig.parent().filter(|d| !d.as_os_str().is_empty()) {
