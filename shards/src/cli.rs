@@ -21,6 +21,8 @@ struct Args {
     /// etcd endpoints, comma-separated.
     #[arg(long, default_value = "http://127.0.0.1:2379", value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
+    #[command(flatten)]
+    store_tls: shardplane_storage::StoreTlsFlags,
     /// Address to serve on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     listen: SocketAddr,
@@ -169,6 +171,10 @@ async fn run_async(args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if let Err(e) = args.store_tls.install() {
+        eprintln!("shard-server: {e}");
+        return std::process::ExitCode::from(2);
+    }
     let access = match access(&args) {
         Ok(a) => a,
         Err(e) => {

@@ -69,7 +69,15 @@ fn decode(mut bytes: &[u8]) -> Result<Vec<Event>, StoreError> {
 impl Store {
     /// Opens (or creates) the store in `dir` and reads the key space and the leases back.
     pub fn open(dir: &Path) -> Result<(Self, Mvcc, Vec<(i64, i64)>), StoreError> {
-        std::fs::create_dir_all(dir).map_err(io)?;
+        // The data is everyone's objects: readable by this user alone (RFC 0012).
+        {
+            use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+            std::fs::create_dir_all(dir).map_err(io)?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(io)?;
+            let file = dir.join("store.redb");
+            std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&file).map_err(io)?;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+        }
         let path = dir.join("store.redb");
         let db = match Database::create(&path) {
             Ok(db) => db,

@@ -23,13 +23,17 @@ struct Args {
     /// itself, kept in `--data-dir` (RFC 0007).
     #[arg(long, value_delimiter = ',')]
     etcd_endpoints: Vec<String>,
+    /// The store's TLS (for `https://` endpoints): the router and the shards it starts use it.
+    #[command(flatten)]
+    store_tls: shardplane_storage::StoreTlsFlags,
     /// Where the embedded store keeps its data (without `--etcd-endpoints`).
     #[arg(long, default_value = ".shardplane/store")]
     data_dir: PathBuf,
-    /// Where the embedded store listens for the shards: `127.0.0.1:PORT` (0: a free port) or
-    /// `unix:PATH` (a socket only this user can open).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    store_listen: String,
+    /// Where the embedded store listens for the shards: `unix:PATH` (a socket only this user
+    /// can open; by default `etcd.sock` in `--data-dir`) or `127.0.0.1:PORT` (0: a free port;
+    /// plain gRPC that anyone on the machine can reach).
+    #[arg(long)]
+    store_listen: Option<String>,
     /// The embedded store's space quota in bytes (etcd's flag and default, 2 GiB): past it the
     /// NOSPACE alarm refuses writes until `shardctl recover-space` (RFC 0010).
     #[arg(long, default_value_t = shardplane_kvstore::server::DEFAULT_QUOTA_BYTES)]
@@ -224,6 +228,10 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if let Err(e) = args.store_tls.install() {
+        eprintln!("shard-router: {e}");
+        return std::process::ExitCode::from(2);
+    }
     let auditor = match auditor(&args) {
         Ok(a) => a,
         Err(e) => {
@@ -244,7 +252,8 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shard-urls needs --etcd-endpoints: the shards it fronts must use the same etcd");
             return std::process::ExitCode::from(2);
         }
-        match start_embedded_store(&args.data_dir, &args.store_listen, args.quota_backend_bytes, shutdown.clone()).await {
+        let listen = args.store_listen.clone().unwrap_or_else(|| format!("unix:{}", std::path::absolute(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone()).join("etcd.sock").display()));
+        match start_embedded_store(&args.data_dir, &listen, args.quota_backend_bytes, shutdown.clone()).await {
             Ok(endpoint) => {
                 println!("embedded store {} at {endpoint}", args.data_dir.display());
                 args.etcd_endpoints = vec![endpoint];
@@ -287,7 +296,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shards must be at least 1");
             return std::process::ExitCode::from(2);
         }
-        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(shard_access_args).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
+        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(shard_access_args).chain(args.store_tls.to_args()).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
         match topology::start(launch, args.shard_count, std::time::Duration::from_secs(args.bookmark_interval.max(1)), shutdown.clone()).await {
             Ok((s, sup, pids)) => {
                 supervisors = sup;

@@ -174,6 +174,8 @@ async fn the_embedded_store_keeps_everything_across_a_kill() {
         c.args(["--shards", "2", "--listen", "127.0.0.1:0", "--data-dir", dir.join("store").to_str().unwrap(), "--kubeconfig", dir.join(port_file).to_str().unwrap(), "--insecure-plain-http"]);
         if unix {
             c.arg("--store-listen").arg(format!("unix:{}", socket.display()));
+        } else {
+            c.args(["--store-listen", "127.0.0.1:0"]);
         }
         let mut c = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();

@@ -92,6 +92,79 @@ pub struct RangePage {
     pub next: Option<Vec<u8>>,
 }
 
+/// The client certificate and CA every connection of this process to an `https://` store uses
+/// (upstream's `--etcd-cafile`, `--etcd-certfile`, `--etcd-keyfile`; RFC 0012): given once, at
+/// start, as upstream's flags apply to every store a process reaches.
+#[derive(Clone, Debug)]
+pub struct StoreTls {
+    /// The CA that signed the store's serving certificate (PEM).
+    pub ca: Vec<u8>,
+    /// This process's client certificate (PEM).
+    pub cert: Vec<u8>,
+    /// Its key (PEM).
+    pub key: Vec<u8>,
+}
+
+static STORE_TLS: std::sync::OnceLock<StoreTls> = std::sync::OnceLock::new();
+
+impl StoreTls {
+    /// Reads the three files (upstream's flags; none given: `None`, all three or none).
+    pub fn from_files(ca: Option<&std::path::Path>, cert: Option<&std::path::Path>, key: Option<&std::path::Path>) -> std::result::Result<Option<Self>, String> {
+        let read = |flag: &str, p: &std::path::Path| std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display()));
+        match (ca, cert, key) {
+            (None, None, None) => Ok(None),
+            (Some(ca), Some(cert), Some(key)) => Ok(Some(Self { ca: read("--etcd-cafile", ca)?, cert: read("--etcd-certfile", cert)?, key: read("--etcd-keyfile", key)? })),
+            _ => Err("--etcd-cafile, --etcd-certfile and --etcd-keyfile go together".into()),
+        }
+    }
+
+    /// Makes these the credentials of every store connection this process opens from now on;
+    /// a second call is refused (the first stays).
+    pub fn install(self) -> std::result::Result<(), String> {
+        STORE_TLS.set(self).map_err(|_| "the store's TLS credentials are already set".to_owned())
+    }
+}
+
+/// Upstream's store TLS flags, for every binary that reaches the store.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct StoreTlsFlags {
+    /// The CA of the store's serving certificate (PEM), as kube-apiserver's flag; with
+    /// `--etcd-certfile` and `--etcd-keyfile`, for `https://` endpoints.
+    #[arg(long)]
+    pub etcd_cafile: Option<std::path::PathBuf>,
+    /// The client certificate presented to the store (PEM).
+    #[arg(long)]
+    pub etcd_certfile: Option<std::path::PathBuf>,
+    /// Its key (PEM).
+    #[arg(long)]
+    pub etcd_keyfile: Option<std::path::PathBuf>,
+}
+
+#[cfg(feature = "cli")]
+impl StoreTlsFlags {
+    /// Reads the files and makes them this process's store credentials (nothing when none is
+    /// given).
+    pub fn install(&self) -> std::result::Result<(), String> {
+        match StoreTls::from_files(self.etcd_cafile.as_deref(), self.etcd_certfile.as_deref(), self.etcd_keyfile.as_deref())? {
+            Some(tls) => tls.install(),
+            None => Ok(()),
+        }
+    }
+
+    /// The same flags, to pass to a child process.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (flag, v) in [("--etcd-cafile", &self.etcd_cafile), ("--etcd-certfile", &self.etcd_certfile), ("--etcd-keyfile", &self.etcd_keyfile)] {
+            if let Some(p) = v {
+                out.push(flag.to_owned());
+                out.push(p.to_string_lossy().into_owned());
+            }
+        }
+        out
+    }
+}
+
 /// A handle on etcd; cheap to clone.
 #[derive(Clone)]
 pub struct Storage {
@@ -111,11 +184,18 @@ impl Storage {
             // HTTP/2 keepalive: a connection to a member that vanished without closing it (a
             // black-holed host, a frozen process) is noticed within interval + timeout, and the
             // watch streams on it fail over instead of waiting forever.
-            let opts = etcd_client::ConnectOptions::new()
+            let mut opts = etcd_client::ConnectOptions::new()
                 .with_connect_timeout(CONNECT_TIMEOUT)
                 .with_timeout(TIMEOUT)
                 .with_keep_alive(KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
                 .with_keep_alive_while_idle(true);
+            if endpoints.iter().any(|e| e.starts_with("https://")) {
+                let Some(tls) = STORE_TLS.get() else {
+                    return Err(StorageError::Etcd(format!("{endpoints:?}: an https store needs --etcd-cafile, --etcd-certfile and --etcd-keyfile")));
+                };
+                let config = etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(&tls.ca)).identity(etcd_client::Identity::from_pem(&tls.cert, &tls.key));
+                opts = opts.with_tls(config);
+            }
             return Ok(Self { client: Client::connect(endpoints, Some(opts)).await? });
         }
         let [path] = sockets[..] else {

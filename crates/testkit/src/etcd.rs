@@ -77,11 +77,29 @@ impl Etcd {
         panic!("etcd did not start in 5 attempts");
     }
 
+    /// A real etcd process serving HTTPS to clients with a certificate `client_ca` signed
+    /// (etcd's `--client-cert-auth`), with `cert` and `key` as its serving pair. The test's own
+    /// store credentials must be installed first (`shardplane_storage::StoreTls::install`):
+    /// readiness is checked with them.
+    pub async fn start_tls(cert: &std::path::Path, key: &std::path::Path, client_ca: &std::path::Path) -> Self {
+        let flags = ["--cert-file", cert.to_str().unwrap(), "--key-file", key.to_str().unwrap(), "--client-cert-auth", "--trusted-ca-file", client_ca.to_str().unwrap()];
+        for _attempt in 0..5 {
+            if let Some(etcd) = Self::try_start_as("https", &flags).await {
+                return etcd;
+            }
+        }
+        panic!("etcd did not start in 5 attempts");
+    }
+
     async fn try_start(extra: &[&str]) -> Option<Self> {
+        Self::try_start_as("http", extra).await
+    }
+
+    async fn try_start_as(scheme: &str, extra: &[&str]) -> Option<Self> {
         let base = if PathBuf::from("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
         let dir = base.join(format!("shardplane-etcd-{}", uuid::Uuid::new_v4()));
         let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
+        let endpoint = format!("{scheme}://127.0.0.1:{client}");
         let child = Command::new(etcd_binary())
             .args(["--data-dir", dir.to_str().unwrap(), "--name", "test"])
             .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])

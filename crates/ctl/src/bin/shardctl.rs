@@ -14,6 +14,8 @@ struct Args {
     /// etcd endpoints of the cluster (comma-separated), as given to shard-router.
     #[arg(long, global = true, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
     etcd_endpoints: Vec<String>,
+    #[command(flatten)]
+    store_tls: shardplane_storage::StoreTlsFlags,
     /// Output format.
     #[arg(short = 'o', long, global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
@@ -84,6 +86,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(args: &Args) -> Result<String, CtlError> {
+    args.store_tls.install().map_err(CtlError::Usage)?;
     let storage = Storage::connect(&args.etcd_endpoints).await?;
     let json = args.output == Output::Json;
     let report = |value: serde_json::Value, text: String| if json { format!("{}\n", serde_json::to_string_pretty(&value).expect("json")) } else { text };

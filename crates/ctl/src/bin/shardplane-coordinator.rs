@@ -13,6 +13,8 @@ struct Args {
     /// etcd endpoints (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "http://127.0.0.1:2379")]
     etcd_endpoints: Vec<String>,
+    #[command(flatten)]
+    store_tls: shardplane_storage::StoreTlsFlags,
     /// This coordinator's name (default: a random one).
     #[arg(long)]
     id: Option<String>,
@@ -35,6 +37,10 @@ struct Args {
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into())).init();
     let args = Args::parse();
+    if let Err(e) = args.store_tls.install() {
+        eprintln!("shardplane-coordinator: {e}");
+        return std::process::ExitCode::from(2);
+    }
     let storage = match shardplane_storage::Storage::connect(&args.etcd_endpoints).await {
         Ok(s) => s,
         Err(e) => {
