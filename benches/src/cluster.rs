@@ -45,23 +45,46 @@ pub struct Topology {
 
 impl Topology {
     pub async fn start(router: &Path, etcd: &str, k: u32) -> Self {
-        Self::spawn(router, &["--etcd-endpoints", etcd], k).await
+        Self::spawn(router, &["--etcd-endpoints", etcd], k, None).await
+    }
+
+    /// The router as a user runs it (RFC 0012): HTTPS with the PKI it makes in `dir`, RBAC, and
+    /// `dir/tokens.csv` as its token file (written by the caller first). Its shards serve the
+    /// router alone, so readiness is the router's `/readyz`, asked as the admin; returns the
+    /// topology and the admin's client.
+    pub async fn start_secure(router: &Path, etcd: &str, k: u32, dir: &Path) -> (Self, reqwest::Client) {
+        let t = Self::spawn(router, &["--etcd-endpoints", etcd], k, Some(dir)).await;
+        let pki = dir.join("pki");
+        let tls = shardplane_identity::tls::client_config(&pki.join("ca.crt"), &pki.join("admin.crt"), &pki.join("admin.key")).expect("the admin's credentials");
+        let admin = shardplane_http::outbound::client_builder().pool_max_idle_per_host(1024).http1_only().tls_backend_preconfigured(tls).build().expect("client");
+        let deadline = Instant::now() + Duration::from_secs(900);
+        while !admin.get(format!("{}/readyz", t.url)).send().await.is_ok_and(|r| r.status().is_success()) {
+            assert!(Instant::now() < deadline, "the secure router is not ready in time");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (t, admin)
     }
 
     /// The router with no `--etcd-endpoints`: it serves its embedded store (RFC 0007), kept in
     /// `data_dir`.
     pub async fn start_embedded(router: &Path, data_dir: &Path, k: u32) -> Self {
-        Self::spawn(router, &["--data-dir", data_dir.to_str().expect("a UTF-8 path")], k).await
+        Self::spawn(router, &["--data-dir", data_dir.to_str().expect("a UTF-8 path")], k, None).await
     }
 
-    async fn spawn(router: &Path, store_args: &[&str], k: u32) -> Self {
+    /// `secure`: the directory of [`Topology::start_secure`]; otherwise plain HTTP.
+    async fn spawn(router: &Path, store_args: &[&str], k: u32, secure: Option<&Path>) -> Self {
         let dir = std::env::temp_dir().join(format!("shardplane-bench-{}", uuid::Uuid::new_v4()));
+        let access: Vec<String> = match secure {
+            Some(d) => vec!["--pki-dir".into(), d.join("pki").display().to_string(), "--token-auth-file".into(), d.join("tokens.csv").display().to_string(), "--authorization-mode".into(), "RBAC".into()],
+            // The benchmarks speak plain HTTP to the router; the cost of TLS, authentication and
+            // RBAC is the `access` scenario's comparison.
+            None => vec!["--insecure-plain-http".into()],
+        };
         let mut child = Command::new(router)
             .args(store_args)
             .args(["--shards", &k.to_string(), "--listen", "127.0.0.1:0"])
             .args(["--compaction-interval", "0", "--bookmark-interval", "60"])
-            // The benchmarks speak plain HTTP to the router (TLS's cost is a comparison of its own).
-            .arg("--insecure-plain-http")
+            .args(&access)
             .arg("--kubeconfig")
             .arg(dir.join("kubeconfig"))
             .env("RUST_LOG", "error")
@@ -78,7 +101,7 @@ impl Topology {
                 match words.as_slice() {
                     ["shard", _, "pid", pid, url] => shards.push(ShardProcess { pid: pid.parse().expect("pid"), url: (*url).to_owned() }),
                     ["embedded", "store", _, "at", endpoint] => store = Some((*endpoint).to_owned()),
-                    ["listening", "on", addr] => return format!("http://{addr}"),
+                    ["listening", "on", addr] => return format!("{}://{addr}", if secure.is_some() { "https" } else { "http" }),
                     _ => {}
                 }
             }
@@ -89,7 +112,9 @@ impl Topology {
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         assert_eq!(shards.len(), k as usize);
         let t = Self { child, url, shards, store };
-        t.wait_ready(Duration::from_secs(900)).await;
+        if secure.is_none() {
+            t.wait_ready(Duration::from_secs(900)).await;
+        }
         t
     }
 

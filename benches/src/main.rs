@@ -7,6 +7,7 @@
 //! every scenario at tiny sizes (CI runs it in a debug build so the benchmarks never rot; its
 //! report goes to `target/bench-smoke/` and says that its numbers mean nothing).
 
+mod access;
 mod churn;
 mod cluster;
 mod list;
@@ -28,7 +29,7 @@ use std::time::Instant;
 #[derive(Parser, Debug)]
 #[command(name = "bench")]
 struct Args {
-    /// `all`, or one of: memory-per-shard, list, watch, write, churn, move, store; or `serve`, which loads
+    /// `all`, or one of: memory-per-shard, list, watch, write, churn, move, store, access; or `serve`, which loads
     /// `--objects` pods (default 100000), starts `--shards` K behind a router, prints their
     /// URLs and pids and waits for Ctrl-C: a system to profile or try by hand.
     scenario: String,
@@ -51,7 +52,7 @@ struct Args {
     perf: bool,
 }
 
-const SCENARIOS: [&str; 7] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store"];
+const SCENARIOS: [&str; 8] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store", "access"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -199,6 +200,9 @@ async fn main() {
     }
     if want("store") {
         sections.push(store::run(&ctx).await);
+    }
+    if want("access") {
+        sections.push(access::run(&ctx).await);
     }
     if !memory_points.is_empty() {
         sections.push(scaling(&ctx, &memory_points, &list_points));
