@@ -207,29 +207,29 @@ async fn run_async(args: Args) -> std::process::ExitCode {
     if std::env::var_os(EXIT_WITH_STDIN).is_some() {
         // Started by a parent that holds our stdin open: when it dies, even by SIGKILL, the pipe
         // closes and this shard stops too. Its death is also seen as this process being given
-        // another parent, in case the pipe stays open (a child that inherited the other end; an
-        // orphan was seen once in a test that SIGKILLs its router).
-        let token = shutdown.clone();
-        let parent = std::os::unix::process::parent_id();
+        // another parent, in case the pipe stays open (a child that inherited the other end).
+        let parent_gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (token, gone) = (shutdown.clone(), parent_gone.clone());
         tokio::spawn(async move {
             let mut stdin = tokio::io::stdin();
             let mut buf = [0u8; 64];
-            let closed = async { while matches!(tokio::io::AsyncReadExt::read(&mut stdin, &mut buf).await, Ok(n) if n > 0) {} };
-            let reparented = async {
-                while std::os::unix::process::parent_id() == parent {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            };
-            tokio::select! {
-                _ = closed => {}
-                _ = reparented => {}
+            while matches!(tokio::io::AsyncReadExt::read(&mut stdin, &mut buf).await, Ok(n) if n > 0) {}
+            gone.store(true, std::sync::atomic::Ordering::SeqCst);
+            token.cancel();
+        });
+        // The watchdog is a thread of its own, not a task: a runtime stuck shutting down (an
+        // orphan was once seen idle for minutes after its router was SIGKILLed) cannot hold it.
+        let (token, parent) = (shutdown.clone(), std::os::unix::process::parent_id());
+        std::thread::spawn(move || {
+            while std::os::unix::process::parent_id() == parent && !parent_gone.load(std::sync::atomic::Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(500));
             }
             tracing::warn!("parent process is gone; shutting down");
             token.cancel();
             // A shard still starting (its store unreachable, say: an embedded store dies with
             // the parent) may not reach a point that sees the token; it must not outlive the
             // parent either.
-            tokio::time::sleep(ORPHAN_GRACE).await;
+            std::thread::sleep(ORPHAN_GRACE);
             tracing::warn!("still running {ORPHAN_GRACE:?} after the parent went; exiting");
             std::process::exit(1);
         });

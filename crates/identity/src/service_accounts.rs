@@ -118,16 +118,73 @@ pub enum Rejected {
     Invalid(String),
 }
 
-/// Issues and verifies ServiceAccount tokens with one key pair.
+/// One key tokens are verified with.
+struct Verifier {
+    kid: String,
+    decoding: DecodingKey,
+    /// The public key's JWK.
+    jwk: serde_json::Value,
+}
+
+/// Issues ServiceAccount tokens with one key pair, and verifies them with it and with any
+/// other keys given (upstream's `--service-account-key-file`, for rotation: tokens signed by
+/// the previous key keep working while it is listed).
 pub struct Tokens {
     issuer: String,
     /// `--api-audiences`: what a token must be for to authenticate to this API.
     pub api_audiences: Vec<String>,
     encoding: EncodingKey,
-    decoding: DecodingKey,
     kid: String,
-    /// The public key's JWK.
-    jwk: serde_json::Value,
+    /// The signing key's public half first, then the other verification keys.
+    verifiers: Vec<Verifier>,
+}
+
+/// A P-256 public key's verifier from its SubjectPublicKeyInfo (DER): upstream's key id (the
+/// SHA-256 of the DER, base64url) and its JWK.
+fn verifier(spki_der: &[u8]) -> Result<Verifier, String> {
+    use x509_parser::prelude::FromDer;
+    let (_, spki) = x509_parser::x509::SubjectPublicKeyInfo::from_der(spki_der).map_err(|e| format!("not a public key: {e}"))?;
+    let ec = spki.algorithm.algorithm.to_id_string() == "1.2.840.10045.2.1";
+    let p256 = spki.algorithm.parameters.as_ref().and_then(|p| p.as_oid().ok()).is_some_and(|o| o.to_id_string() == "1.2.840.10045.3.1.7");
+    if !ec || !p256 {
+        return Err("ServiceAccount keys must be ECDSA P-256 keys (ES256)".into());
+    }
+    let point = &spki.subject_public_key.data;
+    let (x, y) = point.get(1..33).zip(point.get(33..65)).filter(|_| point.len() == 65 && point[0] == 4).ok_or("the public key is not an uncompressed P-256 point")?;
+    let kid = b64(ring::digest::digest(&ring::digest::SHA256, spki_der).as_ref());
+    let pem = format!("-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n", base64::engine::general_purpose::STANDARD.encode(spki_der));
+    let decoding = DecodingKey::from_ec_pem(pem.as_bytes()).map_err(|e| format!("the public key: {e}"))?;
+    let jwk = serde_json::json!({"use": "sig", "kty": "EC", "kid": kid, "crv": "P-256", "alg": "ES256", "x": b64(x), "y": b64(y)});
+    Ok(Verifier { kid, decoding, jwk })
+}
+
+/// The verifiers of a `--service-account-key-file`: each PEM public key in it, and the public
+/// half of each private key (upstream reads both).
+fn parse_keys(pem_text: &str) -> Result<Vec<Verifier>, String> {
+    let mut out = Vec::new();
+    let mut rest = pem_text;
+    while let Some(begin) = rest.find("-----BEGIN ") {
+        let block = &rest[begin..];
+        let label_end = block[11..].find("-----").ok_or("a PEM block without its label's end")? + 11;
+        let label = &block[11..label_end];
+        let end_marker = format!("-----END {label}-----");
+        let end = block.find(&end_marker).ok_or_else(|| format!("a PEM {label} block without its end"))? + end_marker.len();
+        let pem = &block[..end];
+        let spki = match label {
+            "PUBLIC KEY" => {
+                let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+                base64::engine::general_purpose::STANDARD.decode(body.trim()).map_err(|e| format!("a PUBLIC KEY block: {e}"))?
+            }
+            "PRIVATE KEY" | "EC PRIVATE KEY" => rcgen::PublicKeyData::subject_public_key_info(&rcgen::KeyPair::from_pem(pem).map_err(|e| format!("a private key: {e}"))?),
+            other => return Err(format!("a PEM {other} block is not a key")),
+        };
+        out.push(verifier(&spki)?);
+        rest = &block[end..];
+    }
+    if out.is_empty() {
+        return Err("no PEM key in it".into());
+    }
+    Ok(out)
 }
 
 impl std::fmt::Debug for Tokens {
@@ -149,16 +206,20 @@ impl Tokens {
             return Err("the ServiceAccount signing key must be an ECDSA P-256 key (ES256)".into());
         }
         let encoding = EncodingKey::from_ec_pem(signing_key_pem.as_bytes()).map_err(|e| format!("the ServiceAccount signing key: {e}"))?;
-        let public = pair.public_key_pem();
-        let decoding = DecodingKey::from_ec_pem(public.as_bytes()).map_err(|e| format!("the ServiceAccount public key: {e}"))?;
-        // Upstream's key id: the SHA-256 of the public key's DER, base64url.
-        let kid = b64(ring::digest::digest(&ring::digest::SHA256, &rcgen::PublicKeyData::subject_public_key_info(&pair)).as_ref());
-        // The uncompressed point: 0x04, then X and Y (32 bytes each).
-        let point = pair.public_key_raw();
-        let (x, y) = point.get(1..33).zip(point.get(33..65)).ok_or("the ServiceAccount public key is not an uncompressed P-256 point")?;
-        let jwk = serde_json::json!({"use": "sig", "kty": "EC", "kid": kid, "crv": "P-256", "alg": "ES256", "x": b64(x), "y": b64(y)});
+        let own = verifier(&rcgen::PublicKeyData::subject_public_key_info(&pair)).map_err(|e| format!("the ServiceAccount signing key: {e}"))?;
         let api_audiences = if api_audiences.is_empty() { vec![issuer.to_owned()] } else { api_audiences };
-        Ok(Self { issuer: issuer.to_owned(), api_audiences, encoding, decoding, kid, jwk })
+        Ok(Self { issuer: issuer.to_owned(), api_audiences, encoding, kid: own.kid.clone(), verifiers: vec![own] })
+    }
+
+    /// Also verifies tokens with the keys in `pem_text` (a `--service-account-key-file`); a
+    /// key already held is not added twice.
+    pub fn with_verification_keys(mut self, pem_text: &str) -> Result<Self, String> {
+        for v in parse_keys(pem_text)? {
+            if !self.verifiers.iter().any(|h| h.kid == v.kid) {
+                self.verifiers.push(v);
+            }
+        }
+        Ok(self)
     }
 
     /// The issuer (`--service-account-issuer`).
@@ -215,7 +276,22 @@ impl Tokens {
         validation.validate_nbf = true;
         // Upstream allows a minute of clock skew.
         validation.leeway = 60;
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &validation).map_err(|e| Rejected::Invalid(reason(&e)))?;
+        // The key its header names, or (none named, or one not held) each key in turn.
+        let kid = jsonwebtoken::decode_header(token).ok().and_then(|h| h.kid);
+        let named: Vec<&Verifier> = self.verifiers.iter().filter(|v| Some(&v.kid) == kid.as_ref()).collect();
+        let candidates = if named.is_empty() { self.verifiers.iter().collect() } else { named };
+        let mut last = None;
+        let mut data = None;
+        for v in candidates {
+            match jsonwebtoken::decode::<Claims>(token, &v.decoding, &validation) {
+                Ok(d) => {
+                    data = Some(d);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let Some(data) = data else { return Err(Rejected::Invalid(last.map_or_else(|| "invalid signature".into(), |e| reason(&e)))) };
         let claims = data.claims;
         let valid_for = wanted.iter().filter(|a| claims.aud.contains(a)).cloned().collect();
         Ok((claims, valid_for))
@@ -226,9 +302,9 @@ impl Tokens {
         serde_json::json!({"issuer": self.issuer, "jwks_uri": jwks_uri, "response_types_supported": ["id_token"], "subject_types_supported": ["public"], "id_token_signing_alg_values_supported": ["ES256"]})
     }
 
-    /// The JWKS document (`/openid/v1/jwks`): the verification key.
+    /// The JWKS document (`/openid/v1/jwks`): every verification key.
     pub fn jwks(&self) -> serde_json::Value {
-        serde_json::json!({"keys": [self.jwk]})
+        serde_json::json!({"keys": self.verifiers.iter().map(|v| v.jwk.clone()).collect::<Vec<_>>()})
     }
 }
 
@@ -268,6 +344,32 @@ mod tests {
         assert_eq!(user.extra["authentication.kubernetes.io/pod-name"], ["p"]);
         assert_eq!(claims.lookups().len(), 2);
         assert_eq!(t.jwks()["keys"][0]["kid"], t.kid.as_str());
+        assert_eq!(t.jwks()["keys"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn tokens_of_a_previous_key_verify_while_it_is_listed_and_the_jwks_shows_both() {
+        let old_key = rcgen::KeyPair::generate().unwrap();
+        let old = Tokens::new(&old_key.serialize_pem(), DEFAULT_ISSUER, vec![]).unwrap();
+        let (token, _) = old.issue("ns", "sa", "u", &[], 600, None).unwrap();
+        let fresh = tokens();
+        assert_eq!(fresh.verify(&token, &[]).unwrap_err(), Rejected::Invalid("invalid signature".into()), "not listed: refused");
+        // Listed as its public key, or as its private key: verified, and shown in the JWKS.
+        for listed in [old_key.public_key_pem(), old_key.serialize_pem()] {
+            let rotated = tokens().with_verification_keys(&listed).unwrap();
+            assert_eq!(rotated.verify(&token, &[]).unwrap().0.sub, "system:serviceaccount:ns:sa");
+            let kids: Vec<String> = rotated.jwks()["keys"].as_array().unwrap().iter().map(|k| k["kid"].as_str().unwrap().to_owned()).collect();
+            assert_eq!(kids, [rotated.kid.clone(), old.kid.clone()]);
+            let (own, _) = rotated.issue("ns", "sa", "u", &[], 600, None).unwrap();
+            assert!(rotated.verify(&own, &[]).is_ok(), "new tokens are signed with the new key");
+            assert!(old.verify(&own, &[]).is_err());
+        }
+        // Twice the same key is one key; a file with no key, or an RSA key, is refused.
+        let twice = format!("{}{}", old_key.public_key_pem(), old_key.public_key_pem());
+        assert_eq!(tokens().with_verification_keys(&twice).unwrap().jwks()["keys"].as_array().unwrap().len(), 2);
+        assert!(tokens().with_verification_keys("nothing here").is_err());
+        let rsa_spki = "-----BEGIN PUBLIC KEY-----\nMFwwDQYJKoZIhvcNAQEBBQADSwAwSAJBAK4/CgLtDK7eZ1z3Ja7eA4q0kcUEkH8zSyhuM0hMl1PuQEAOCyAQIG5b7Wy+iA/wCMmFCq6ghxS8yn4AIa/uVmkCAwEAAQ==\n-----END PUBLIC KEY-----\n";
+        assert!(tokens().with_verification_keys(rsa_spki).unwrap_err().contains("P-256"));
     }
 
     #[test]

@@ -99,6 +99,11 @@ struct Args {
     /// `sa.key`. Without either, no tokens are issued or accepted.
     #[arg(long)]
     service_account_signing_key_file: Option<PathBuf>,
+    /// More keys tokens are verified with (PEM, ECDSA P-256, public or private; repeatable), as
+    /// kube-apiserver's flag: list the previous signing key here while its tokens are still
+    /// out. The signing key always verifies.
+    #[arg(long)]
+    service_account_key_file: Vec<PathBuf>,
     /// The audiences a token must be for to authenticate to this API (comma-separated; the
     /// issuer by default, as upstream).
     #[arg(long, value_delimiter = ',')]
@@ -144,8 +149,12 @@ fn auditor(args: &Args) -> Result<Option<std::sync::Arc<shardplane_router::audit
 /// ServiceAccount tokens, when there is a key to sign them with.
 fn service_account_tokens(args: &Args, pki: Option<&shardplane_identity::pki::Pki>) -> Result<Option<std::sync::Arc<shardplane_identity::service_accounts::Tokens>>, String> {
     let Some(file) = args.service_account_signing_key_file.clone().or_else(|| pki.map(|p| p.service_account_key())) else { return Ok(None) };
-    let pem = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let tokens = shardplane_identity::service_accounts::Tokens::new(&pem, &args.service_account_issuer, args.api_audiences.clone())?;
+    let pem = std::fs::read_to_string(&file).map_err(|e| format!("--service-account-signing-key-file {}: {e}", file.display()))?;
+    let mut tokens = shardplane_identity::service_accounts::Tokens::new(&pem, &args.service_account_issuer, args.api_audiences.clone()).map_err(|e| format!("--service-account-signing-key-file {}: {e}", file.display()))?;
+    for file in &args.service_account_key_file {
+        let text = std::fs::read_to_string(file).map_err(|e| format!("--service-account-key-file {}: {e}", file.display()))?;
+        tokens = tokens.with_verification_keys(&text).map_err(|e| format!("--service-account-key-file {}: {e}", file.display()))?;
+    }
     Ok(Some(std::sync::Arc::new(tokens)))
 }
 
@@ -216,7 +225,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
     let service_accounts = match service_account_tokens(&args, pki.as_ref()) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("shard-router: --service-account-signing-key-file: {e}");
+            eprintln!("shard-router: {e}");
             return std::process::ExitCode::from(2);
         }
     };

@@ -148,3 +148,42 @@ fn dir_file(kc: &std::path::Path, body: &Value) -> std::path::PathBuf {
     std::fs::write(&path, body.to_string()).unwrap();
     path
 }
+
+/// Rotation (RFC 0012, "Credentials and their lifetimes"): a token signed by the previous key
+/// keeps working while `--service-account-key-file` lists that key, and the JWKS shows both; a
+/// key not listed is refused.
+#[tokio::test]
+async fn tokens_of_a_listed_previous_key_keep_working() {
+    let etcd = Etcd::start().await;
+    let dir = std::env::temp_dir().join(format!("shardplane-sa-rotation-{}", uuid::Uuid::new_v4()));
+    let (pki, kc, home, old_pub) = (dir.join("pki"), dir.join("kubeconfig"), dir.join("home"), dir.join("old.pub"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let old_pair = shardplane_identity::pki::Authority::generate("unused").unwrap();
+    let old_key = old_pair.key().serialize_pem();
+    std::fs::write(&old_pub, old_pair.key().public_key_pem()).unwrap();
+    let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "1", "--listen", "127.0.0.1:0", "--kubeconfig", kc.to_str().unwrap(), "--pki-dir", pki.to_str().unwrap(), "--service-account-key-file", old_pub.to_str().unwrap()]);
+    let url = format!("https://{}", started.addr);
+    let client = shardplane_http::outbound::client_builder().add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap()).build().unwrap();
+    wait_for(Duration::from_secs(60), || {
+        let (kc, home) = (kc.clone(), home.clone());
+        async move { tokio::task::spawn_blocking(move || kubectl(&kc, &home, &["get", "sa", "default", "-n", "default"])).await.unwrap().status.success() }
+    })
+    .await;
+    let uid = kubectl_ok(&kc, &home, &["get", "sa", "default", "-n", "default", "-o", "jsonpath={.metadata.uid}"]).await;
+    let issuer = "https://kubernetes.default.svc.cluster.local";
+    let token_of = |key_pem: &str| Tokens::new(key_pem, issuer, vec![]).unwrap().issue("default", "default", &uid, &[], 600, None).unwrap().0;
+    let get = |token: String, path: &'static str| {
+        let r = client.get(format!("{url}{path}")).bearer_auth(token);
+        async move {
+            let resp = r.send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (code, jwks) = get(token_of(&old_key), "/openid/v1/jwks").await;
+    assert_eq!(code, 200, "a token of the listed previous key: {jwks}");
+    assert_eq!(jwks["keys"].as_array().map(Vec::len), Some(2), "the signing key and the previous one: {jwks}");
+    let (code, _) = get(token_of(&std::fs::read_to_string(pki.join("sa.key")).unwrap()), "/openid/v1/jwks").await;
+    assert_eq!(code, 200, "a token of the signing key");
+    let stranger = shardplane_identity::pki::Authority::generate("unused").unwrap().key().serialize_pem();
+    assert_eq!(get(token_of(&stranger), "/apis").await.0, 401, "a key not listed");
+}
