@@ -120,7 +120,12 @@ impl Recorder {
             event["impersonatedUser"] = u.to_json();
         }
         if !added.annotations.is_empty() {
-            event["annotations"] = Value::Object(added.annotations.clone());
+            if !event["annotations"].is_object() {
+                event["annotations"] = json!({});
+            }
+            for (k, v) in &added.annotations {
+                event["annotations"][k] = v.clone();
+            }
         }
     }
 }
@@ -188,10 +193,10 @@ fn api_version(path: &str) -> Option<&str> {
 }
 
 /// A body as the event records it: the object (JSON, YAML or protobuf, as its content type
-/// says), without managed fields when the policy says so; `None` for a body that is none of
-/// those.
+/// says; a patch as the JSON it is), without managed fields when the policy says so; `None`
+/// for a body that is none of those.
 fn recorded(headers: &HeaderMap, body: &[u8], omit_managed_fields: bool) -> Option<Value> {
-    let mut v: Value = shardplane_http::body::decode_object(headers, body).ok()?;
+    let mut v: Value = shardplane_http::body::decode_object(headers, body).ok().or_else(|| serde_json::from_slice(body).ok())?;
     if omit_managed_fields {
         if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
@@ -363,6 +368,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_recorder_adds_to_the_annotations_already_there() {
+        let r = Recorder::default();
+        r.decision(true, "RBAC: allowed");
+        r.impersonated(&UserInfo { name: "vera".into(), ..Default::default() });
+        let mut e = json!({"annotations": {"a": "b"}});
+        r.apply(&mut e);
+        assert_eq!(e["annotations"], json!({"a": "b", "authorization.k8s.io/decision": "allow", "authorization.k8s.io/reason": "RBAC: allowed"}));
+        assert_eq!(e["impersonatedUser"], json!({"username": "vera", "groups": []}));
+    }
+
+    #[test]
     fn the_version_is_read_from_the_path() {
         assert_eq!(api_version("/api/v1/namespaces/a/pods"), Some("v1"));
         assert_eq!(api_version("/apis/apps/v1/deployments"), Some("v1"));
@@ -376,5 +392,8 @@ mod tests {
         assert_eq!(recorded(&json_headers, body, true), Some(json!({"metadata": {"name": "a"}, "items": [{"metadata": {}}]})));
         assert_eq!(recorded(&json_headers, body, false).unwrap()["metadata"]["managedFields"], json!([{}]));
         assert_eq!(recorded(&json_headers, b"not an object", true), None);
+        let mut patch = HeaderMap::new();
+        patch.insert(axum::http::header::CONTENT_TYPE, HeaderValue::from_static("application/json-patch+json"));
+        assert_eq!(recorded(&patch, br#"[{"op": "remove", "path": "/data/a"}]"#, true), Some(json!([{"op": "remove", "path": "/data/a"}])), "a patch is recorded as sent");
     }
 }
