@@ -4,7 +4,8 @@
 //! (a client without one stays anonymous, for authentication to decide), and the serving
 //! certificate read again when its files change, so a renewed certificate is served without a
 //! restart (checked at most once a second, on a handshake; a pair that does not load keeps the
-//! one in use, and the log says why).
+//! one in use, and the log says why). The client CA is read again the same way
+//! ([`ReloadingClientCa`]).
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -119,6 +120,90 @@ impl ResolvesServerCert for ReloadingCertificate {
     }
 }
 
+/// The client CA (`--client-ca-file`), read again when its file changes (checked at most once
+/// a second, on a handshake), so a CA added or replaced there verifies clients from the next
+/// handshake; a file that does not load keeps the CA in use, and the log says why. No CA names
+/// are sent as hints (they would have to outlive a reload); clients send their certificate
+/// regardless, as kubectl, client-go, OpenSSL and rustls clients do.
+pub struct ReloadingClientCa {
+    file: PathBuf,
+    required: bool,
+    loaded: Mutex<LoadedCa>,
+}
+
+struct LoadedCa {
+    verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    stamp: Option<SystemTime>,
+    checked: Instant,
+}
+
+impl std::fmt::Debug for ReloadingClientCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReloadingClientCa").field("file", &self.file).field("required", &self.required).finish()
+    }
+}
+
+impl ReloadingClientCa {
+    /// The CA in `file`, loaded now (an error if it does not load); `required`: a client
+    /// without a certificate it signed fails the handshake.
+    pub fn new(file: &Path, required: bool) -> Result<Self, TlsError> {
+        let loaded = LoadedCa { verifier: Self::build(file, required)?, stamp: modified(file), checked: Instant::now() };
+        Ok(Self { file: file.to_owned(), required, loaded: Mutex::new(loaded) })
+    }
+
+    fn build(file: &Path, required: bool) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(file)?), provider());
+        let verifier = if required { verifier } else { verifier.allow_unauthenticated() };
+        verifier.build().map_err(|e| TlsError(format!("{}: {e}", file.display())))
+    }
+
+    /// The verifier to use: the one loaded, or the file's new CA if it changed since.
+    fn current(&self) -> Arc<dyn rustls::server::danger::ClientCertVerifier> {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if loaded.checked.elapsed() >= RECHECK {
+            loaded.checked = Instant::now();
+            let stamp = modified(&self.file);
+            if stamp != loaded.stamp {
+                match Self::build(&self.file, self.required) {
+                    Ok(v) => {
+                        tracing::info!(file = %self.file.display(), "client CA reloaded");
+                        loaded.verifier = v;
+                        loaded.stamp = stamp;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "the client CA changed but does not load; keeping the one in use"),
+                }
+            }
+        }
+        loaded.verifier.clone()
+    }
+}
+
+impl rustls::server::danger::ClientCertVerifier for ReloadingClientCa {
+    fn client_auth_mandatory(&self) -> bool {
+        self.required
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        &[]
+    }
+
+    fn verify_client_cert(&self, end_entity: &CertificateDer<'_>, intermediates: &[CertificateDer<'_>], now: rustls::pki_types::UnixTime) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        self.current().verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &rustls::DigitallySignedStruct) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(&self, message: &[u8], cert: &CertificateDer<'_>, dss: &rustls::DigitallySignedStruct) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.current().verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.current().supported_verify_schemes()
+    }
+}
+
 /// What the TLS server is built from (upstream's flags).
 #[derive(Clone, Debug, Default)]
 pub struct TlsFlags {
@@ -144,12 +229,7 @@ pub fn server_config(flags: &TlsFlags) -> Result<Arc<ServerConfig>, TlsError> {
         .map_err(|e| TlsError(e.to_string()))?;
     let builder = match &flags.client_ca_file {
         None => builder.with_no_client_auth(),
-        Some(ca) => {
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots(ca)?), provider);
-            let verifier = if flags.require_client_certificate { verifier } else { verifier.allow_unauthenticated() };
-            let verifier = verifier.build().map_err(|e| TlsError(format!("{}: {e}", ca.display())))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(ca) => builder.with_client_cert_verifier(Arc::new(ReloadingClientCa::new(ca, flags.require_client_certificate)?)),
     };
     let mut config = builder.with_cert_resolver(Arc::new(ReloadingCertificate::new(&flags.cert_file, &flags.key_file)?));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -208,6 +288,30 @@ mod tests {
         write_private(&key, b"not a key").expect("w");
         resolver.loaded.lock().unwrap().checked -= RECHECK;
         assert_eq!(resolver.current().cert[0].as_ref(), second.as_slice(), "a pair that does not load is not served");
+    }
+
+    #[test]
+    fn a_changed_client_ca_verifies_from_the_recheck_on() {
+        use rustls::server::danger::ClientCertVerifier;
+        let dir = tempfile::tempdir().expect("tmp");
+        let file = dir.path().join("client-ca.crt");
+        let (first, second) = (Authority::generate("first").expect("ca"), Authority::generate("second").expect("ca"));
+        let leaf = |ca: &Authority| CertificateDer::from(ca.client_certificate("jane", None).expect("client").0.der().to_vec());
+        write_private(&file, first.certificate().pem().as_bytes()).expect("w");
+        let ca = ReloadingClientCa::new(&file, false).expect("loads");
+        let now = rustls::pki_types::UnixTime::now();
+        assert!(ca.verify_client_cert(&leaf(&first), &[], now).is_ok());
+        assert!(ca.verify_client_cert(&leaf(&second), &[], now).is_err(), "another CA's client");
+        std::thread::sleep(Duration::from_millis(20));
+        write_private(&file, second.certificate().pem().as_bytes()).expect("w");
+        ca.loaded.lock().unwrap().checked -= RECHECK;
+        assert!(ca.verify_client_cert(&leaf(&second), &[], now).is_ok(), "the new CA verifies");
+        assert!(ca.verify_client_cert(&leaf(&first), &[], now).is_err(), "the old one no longer does");
+        std::thread::sleep(Duration::from_millis(20));
+        write_private(&file, b"not a certificate").expect("w");
+        ca.loaded.lock().unwrap().checked -= RECHECK;
+        assert!(ca.verify_client_cert(&leaf(&second), &[], now).is_ok(), "a file that does not load keeps the CA in use");
+        assert!(!ca.client_auth_mandatory() && ReloadingClientCa::new(&dir.path().join("missing"), true).is_err());
     }
 
     #[test]
