@@ -125,7 +125,7 @@ async fn start_sides(ctx: &Ctx, k: u32) -> [Side; 2] {
 }
 
 pub async fn run(ctx: &Ctx) -> Section {
-    let (n, lists, rounds, k) = if ctx.smoke { (50, 3, 1, 2) } else { (2_000, 20, 6, 2) };
+    let (n, lists, rounds, k) = if ctx.smoke { (50, 3, 1, 2) } else { (5_000, 20, 8, 2) };
     let sides = start_sides(ctx, k).await;
     let bar = ctx.bar(2 * rounds as u64, "access: the same requests with and without TLS, authentication and RBAC");
     // Warm-up: one small round on each, not counted (connections, caches).
@@ -142,6 +142,16 @@ pub async fn run(ctx: &Ctx) -> Section {
         }
     }
     bar.finish_and_clear();
+    let mut profiles = String::new();
+    if ctx.perf {
+        // One more round on each side, sampled: where the difference goes.
+        for (i, label) in [(1, "B: with TLS, authentication and RBAC"), (0, "A: without")] {
+            let t = &sides[i].topology;
+            let groups = [("router", vec![t.router_pid()]), ("shards", t.shards.iter().map(|s| s.pid).collect())];
+            let flats = crate::profile::during(&groups, round(&sides[i], n, lists)).await;
+            profiles.push_str(&crate::profile::render(label, &flats));
+        }
+    }
     for side in sides {
         side.topology.stop().await;
     }
@@ -183,6 +193,9 @@ pub async fn run(ctx: &Ctx) -> Section {
     let cpu: Vec<f64> = results[1].iter().zip(&results[0]).map(|(b, a)| b.cpu_us / a.cpu_us).collect();
     rows.push(vec!["router + shards CPU per request (µs)".into(), format!("{:.0}", med(&results[0].iter().map(|r| r.cpu_us).collect::<Vec<_>>())), format!("{:.0}", med(&results[1].iter().map(|r| r.cpu_us).collect::<Vec<_>>())), spread(&cpu), format!("{rounds} rounds × {} requests", 3 * n + lists)]);
     s.table(&["measure", "A: without", "B: with", "B/A median (least–most)", "samples"], &rows);
+    if !profiles.is_empty() {
+        s.line(profiles);
+    }
     s.line("The cost is TLS on both hops (client to router, router to shard), the token lookup, and RBAC's decision (cached per user and request attributes under the policy's generation, RFC 0012). Throughput ratios below 1 are the cost; latency and CPU ratios above 1 are.\n");
     s
 }
