@@ -26,6 +26,14 @@ struct Args {
     /// The store's TLS (for `https://` endpoints): the router and the shards it starts use it.
     #[command(flatten)]
     store_tls: shardplane_storage::StoreTlsFlags,
+    /// The store certificate the shards this router starts present instead of the router's
+    /// (PEM; with `shardctl store-roles`, one with `CN=shardplane-shard`, which may not write
+    /// the range map).
+    #[arg(long, requires_all = ["shard_etcd_keyfile", "etcd_cafile"])]
+    shard_etcd_certfile: Option<PathBuf>,
+    /// Its key (PEM).
+    #[arg(long, requires = "shard_etcd_certfile")]
+    shard_etcd_keyfile: Option<PathBuf>,
     /// Where the embedded store keeps its data (without `--etcd-endpoints`).
     #[arg(long, default_value = ".shardplane/store")]
     data_dir: PathBuf,
@@ -131,6 +139,16 @@ struct Args {
     /// The audit log's format: `json`, upstream's default (`legacy` is not served).
     #[arg(long, default_value = "json")]
     audit_log_format: String,
+}
+
+/// The store credentials of the shards this router starts: its own, or the shard certificate.
+fn shard_store_tls(args: &Args) -> shardplane_storage::StoreTlsFlags {
+    let mut flags = args.store_tls.clone();
+    if let (Some(cert), Some(key)) = (&args.shard_etcd_certfile, &args.shard_etcd_keyfile) {
+        flags.etcd_certfile = Some(cert.clone());
+        flags.etcd_keyfile = Some(key.clone());
+    }
+    flags
 }
 
 /// The auditor, when both audit flags are given.
@@ -305,7 +323,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shards must be at least 1");
             return std::process::ExitCode::from(2);
         }
-        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(shard_access_args).chain(args.store_tls.to_args()).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
+        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(shard_access_args).chain(shard_store_tls(&args).to_args()).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
         match topology::start(launch, args.shard_count, std::time::Duration::from_secs(args.bookmark_interval.max(1)), shutdown.clone()).await {
             Ok((s, sup, pids)) => {
                 supervisors = sup;

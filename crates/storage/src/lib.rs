@@ -15,6 +15,7 @@ pub mod follow;
 pub mod informer;
 pub mod members;
 pub mod range_map;
+pub mod roles;
 pub mod space;
 mod watch;
 
@@ -220,7 +221,9 @@ impl Storage {
 
     /// The current revision of the store (a quorum read that returns no data).
     pub async fn current_revision(&self) -> Result<u64> {
-        let resp = self.client.kv_client().get("\0", Some(GetOptions::new().with_count_only())).await?;
+        // One key's count, of a key every role may read (RFC 0012's store roles): the header's
+        // revision is the store's whatever the key.
+        let resp = self.client.kv_client().get(shardplane_keyspace::etcd_layout::REGISTRY_PREFIX, Some(GetOptions::new().with_count_only())).await?;
         Ok(resp.header().map_or(0, |h| h.revision() as u64))
     }
 

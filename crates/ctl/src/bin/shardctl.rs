@@ -63,6 +63,11 @@ enum Command {
     /// Recover from etcd's NOSPACE alarm: compact to the current revision, defragment every
     /// endpoint given, disarm the alarm. Safe to run without an alarm.
     RecoverSpace,
+    /// Turn on etcd's access control for certificate-named processes (RFC 0012): roles that let
+    /// shards (`CN=shardplane-shard`) write objects and their membership but not the range map,
+    /// which routers (`CN=shardplane-router`) and coordinators (`CN=shardplane-coordinator`)
+    /// write. Run once, as `root` (`--etcd-certfile` of a certificate with `CN=root`).
+    StoreRoles,
     /// Start rebalancing now; with --dry-run, only show the moves it would start.
     Rebalance {
         #[arg(long)]
@@ -138,6 +143,10 @@ async fn run(args: &Args) -> Result<String, CtlError> {
                 serde_json::json!({"compactedTo": r.compacted_to, "defragmented": r.defragmented, "disarmed": r.disarmed}),
                 format!("compacted to revision {}, defragmented {} member(s), disarmed {} alarm(s)\n", r.compacted_to, r.defragmented, r.disarmed),
             ))
+        }
+        Command::StoreRoles => {
+            let done = storage.set_up_roles().await?;
+            Ok(report(serde_json::json!({"done": done}), done.iter().map(|d| format!("{d}\n")).collect()))
         }
         Command::Rebalance { dry_run } => {
             if *dry_run {

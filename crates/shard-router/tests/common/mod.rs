@@ -40,8 +40,9 @@ pub fn spawn(args: &[&str]) -> Started {
 }
 
 /// [`spawn`] with `dir` as the working directory (where the default `.shardplane/` paths are).
+/// Its standard error is dropped, or shown with `DEBUG_STDERR` set (when a test needs reading).
 pub fn spawn_in(dir: &std::path::Path, args: &[&str]) -> Started {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shard-router")).current_dir(dir).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shard-router")).current_dir(dir).args(args).stdout(Stdio::piped()).stderr(if std::env::var_os("DEBUG_STDERR").is_some() { Stdio::inherit() } else { Stdio::null() }).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut shards = Vec::new();
     let addr = loop {
