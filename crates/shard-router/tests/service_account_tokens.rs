@@ -166,7 +166,9 @@ async fn tokens_of_a_listed_previous_key_keep_working() {
     let client = shardplane_http::outbound::client_builder().add_root_certificate(reqwest::Certificate::from_pem(&std::fs::read(pki.join("ca.crt")).unwrap()).unwrap()).build().unwrap();
     wait_for(Duration::from_secs(60), || {
         let (kc, home) = (kc.clone(), home.clone());
-        async move { tokio::task::spawn_blocking(move || kubectl(&kc, &home, &["get", "sa", "default", "-n", "default"])).await.unwrap().status.success() }
+        // Ready (the bootstrap policy in place, issuer discovery's binding with it), and the
+        // namespace's ServiceAccount made.
+        async move { tokio::task::spawn_blocking(move || kubectl(&kc, &home, &["get", "--raw", "/readyz"]).status.success() && kubectl(&kc, &home, &["get", "sa", "default", "-n", "default"]).status.success()).await.unwrap() }
     })
     .await;
     let uid = kubectl_ok(&kc, &home, &["get", "sa", "default", "-n", "default", "-o", "jsonpath={.metadata.uid}"]).await;
