@@ -68,7 +68,9 @@ impl Topology {
     /// The router with no `--etcd-endpoints`: it serves its embedded store (RFC 0007), kept in
     /// `data_dir`.
     pub async fn start_embedded(router: &Path, data_dir: &Path, k: u32) -> Self {
-        Self::spawn(router, &["--data-dir", data_dir.to_str().expect("a UTF-8 path")], k, None).await
+        // On loopback TCP, as etcd is, so raw clients reach both alike (its default is a unix
+        // socket).
+        Self::spawn(router, &["--data-dir", data_dir.to_str().expect("a UTF-8 path"), "--store-listen", "127.0.0.1:0"], k, None).await
     }
 
     /// `secure`: the directory of [`Topology::start_secure`]; otherwise plain HTTP.
