@@ -121,6 +121,9 @@ async fn with_store_roles_a_shard_cannot_write_the_range_map() {
     for run in 0..2 {
         let out = as_user(&root, &root_key, &["store-roles"]);
         assert!(out.status.success(), "store-roles run {run}: {}", String::from_utf8_lossy(&out.stderr));
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(said.contains("role shardplane-shard: readwrite /registry/*") && said.contains("authentication enabled"), "{said}");
+        assert_eq!(run == 1, said.contains("(already there)"), "{said}");
     }
 
     let (pki, kubeconfig, home) = (dir.0.join("pki"), dir.0.join("kubeconfig"), dir.0.join("home"));

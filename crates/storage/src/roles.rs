@@ -23,13 +23,15 @@ pub const COORDINATOR_ROLE: &str = "shardplane-coordinator";
 /// shardplane's keys (the range map, the coordinator's) read-only.
 pub const SHARD_ROLE: &str = "shardplane-shard";
 
-/// The permissions of [`SHARD_ROLE`].
-fn shard_permissions() -> Vec<Permission> {
+/// The permissions of [`SHARD_ROLE`], each with how it is shown.
+fn shard_permissions() -> Vec<(String, Permission)> {
+    let registry = shardplane_keyspace::etcd_layout::REGISTRY_PREFIX;
+    let (members, compact) = (crate::members::SHARDS_PREFIX, crate::compaction::COMPACT_KEY);
     vec![
-        Permission::read_write(shardplane_keyspace::etcd_layout::REGISTRY_PREFIX).with_prefix(),
-        Permission::read_write(crate::members::SHARDS_PREFIX).with_prefix(),
-        Permission::read_write(crate::compaction::COMPACT_KEY),
-        Permission::read("/shardplane/").with_prefix(),
+        (format!("readwrite {registry}*"), Permission::read_write(registry).with_prefix()),
+        (format!("readwrite {members}*"), Permission::read_write(members).with_prefix()),
+        (format!("readwrite {compact}"), Permission::read_write(compact)),
+        ("read /shardplane/*".to_owned(), Permission::read("/shardplane/").with_prefix()),
     ]
 }
 
@@ -62,8 +64,8 @@ impl Storage {
         step(format!("role {COORDINATOR_ROLE}"), c.role_add(COORDINATOR_ROLE).await.map(drop))?;
         step(format!("role {COORDINATOR_ROLE}: every key"), c.role_grant_permission(COORDINATOR_ROLE, Permission::read_write(vec![0u8]).with_from_key()).await.map(drop))?;
         step(format!("role {SHARD_ROLE}"), c.role_add(SHARD_ROLE).await.map(drop))?;
-        for p in shard_permissions() {
-            step(format!("role {SHARD_ROLE}: {p:?}"), c.role_grant_permission(SHARD_ROLE, p).await.map(drop))?;
+        for (shown, p) in shard_permissions() {
+            step(format!("role {SHARD_ROLE}: {shown}"), c.role_grant_permission(SHARD_ROLE, p).await.map(drop))?;
         }
         for (user, role) in [(ROUTER_USER, COORDINATOR_ROLE), (COORDINATOR_USER, COORDINATOR_ROLE), (SHARD_USER, SHARD_ROLE)] {
             step(format!("user {user}"), c.user_add(user, "", no_password()).await.map(drop))?;
