@@ -297,14 +297,18 @@ pub fn nested_cargo() -> std::process::Command {
 
 /// The path of a workspace binary (`shard-server`, `shard-router`, `shardctl`) built in the
 /// profile the running test was, built first if it is not up to date: tests outside the
-/// binary's own package have no `CARGO_BIN_EXE_*` for it.
+/// binary's own package have no `CARGO_BIN_EXE_*` for it. With `SHARDPLANE_PREBUILT` set (the
+/// test command sets it after building the whole workspace) the binary already there is
+/// used: `cargo build --bin X` resolves one package's features apart from the workspace's and
+/// would compile a second copy of its dependencies in the middle of the tests.
 pub fn workspace_binary(name: &str) -> std::path::PathBuf {
     static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     // A test binary runs from target/<profile>/deps/.
     let exe = std::env::current_exe().expect("the test binary's path");
     let dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>/deps");
     let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
-    if !built.iter().any(|b| b == name) {
+    let prebuilt = std::env::var_os("SHARDPLANE_PREBUILT").is_some() && dir.join(name).exists();
+    if !prebuilt && !built.iter().any(|b| b == name) {
         let mut cmd = nested_cargo();
         // From the workspace root, where every package's binaries are in reach.
         cmd.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).args(["build", "-q", "--bin", name]);
