@@ -64,17 +64,56 @@ fn modified(path: &Path) -> Option<SystemTime> {
     std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
-struct Loaded {
-    key: Arc<CertifiedKey>,
-    stamps: (Option<SystemTime>, Option<SystemTime>),
+/// A value read from files, read again when one of them changes: checked at most once a
+/// [`RECHECK`], on use. A change that does not load keeps the value in use (files caught
+/// half-written are tried again on a later use), and the log says why. Both the serving
+/// certificate and the client CA reload through this.
+struct FileBacked<T: Clone> {
+    files: Vec<PathBuf>,
+    /// What the value is, for the log.
+    what: &'static str,
+    loaded: Mutex<Loaded<T>>,
+}
+
+struct Loaded<T> {
+    value: T,
+    stamps: Vec<Option<SystemTime>>,
     checked: Instant,
+}
+
+const RECHECK: Duration = Duration::from_secs(1);
+
+impl<T: Clone> FileBacked<T> {
+    fn new(files: Vec<PathBuf>, what: &'static str, load: impl Fn() -> Result<T, TlsError>) -> Result<Self, TlsError> {
+        let loaded = Loaded { value: load()?, stamps: files.iter().map(|f| modified(f)).collect(), checked: Instant::now() };
+        Ok(Self { files, what, loaded: Mutex::new(loaded) })
+    }
+
+    fn current(&self, load: impl Fn() -> Result<T, TlsError>) -> T {
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if loaded.checked.elapsed() >= RECHECK {
+            loaded.checked = Instant::now();
+            let stamps: Vec<_> = self.files.iter().map(|f| modified(f)).collect();
+            if stamps != loaded.stamps {
+                match load() {
+                    Ok(v) => {
+                        tracing::info!(file = %self.files[0].display(), "{} reloaded", self.what);
+                        loaded.value = v;
+                        loaded.stamps = stamps;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "{} changed but does not load; keeping the one in use", self.what),
+                }
+            }
+        }
+        loaded.value.clone()
+    }
 }
 
 /// The serving certificate, read again when its files change.
 pub struct ReloadingCertificate {
     cert: PathBuf,
     key: PathBuf,
-    loaded: Mutex<Loaded>,
+    loaded: FileBacked<Arc<CertifiedKey>>,
 }
 
 impl std::fmt::Debug for ReloadingCertificate {
@@ -83,34 +122,16 @@ impl std::fmt::Debug for ReloadingCertificate {
     }
 }
 
-const RECHECK: Duration = Duration::from_secs(1);
-
 impl ReloadingCertificate {
     /// The pair in `cert` and `key`, loaded now (an error if it does not load).
     pub fn new(cert: &Path, key: &Path) -> Result<Self, TlsError> {
-        let loaded = Loaded { key: load_key(cert, key)?, stamps: (modified(cert), modified(key)), checked: Instant::now() };
-        Ok(Self { cert: cert.to_owned(), key: key.to_owned(), loaded: Mutex::new(loaded) })
+        let loaded = FileBacked::new(vec![cert.to_owned(), key.to_owned()], "serving certificate", || load_key(cert, key))?;
+        Ok(Self { cert: cert.to_owned(), key: key.to_owned(), loaded })
     }
 
     /// The pair to serve: the one loaded, or the files' new one if they changed since.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if loaded.checked.elapsed() >= RECHECK {
-            loaded.checked = Instant::now();
-            let stamps = (modified(&self.cert), modified(&self.key));
-            if stamps != loaded.stamps {
-                match load_key(&self.cert, &self.key) {
-                    Ok(key) => {
-                        tracing::info!(cert = %self.cert.display(), "serving certificate reloaded");
-                        loaded.key = key;
-                        loaded.stamps = stamps;
-                    }
-                    // A pair caught half-written is tried again on a later handshake.
-                    Err(e) => tracing::warn!(error = %e, "serving certificate changed but does not load; keeping the one in use"),
-                }
-            }
-        }
-        loaded.key.clone()
+        self.loaded.current(|| load_key(&self.cert, &self.key))
     }
 }
 
@@ -128,13 +149,7 @@ impl ResolvesServerCert for ReloadingCertificate {
 pub struct ReloadingClientCa {
     file: PathBuf,
     required: bool,
-    loaded: Mutex<LoadedCa>,
-}
-
-struct LoadedCa {
-    verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
-    stamp: Option<SystemTime>,
-    checked: Instant,
+    loaded: FileBacked<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
 }
 
 impl std::fmt::Debug for ReloadingClientCa {
@@ -147,8 +162,8 @@ impl ReloadingClientCa {
     /// The CA in `file`, loaded now (an error if it does not load); `required`: a client
     /// without a certificate it signed fails the handshake.
     pub fn new(file: &Path, required: bool) -> Result<Self, TlsError> {
-        let loaded = LoadedCa { verifier: Self::build(file, required)?, stamp: modified(file), checked: Instant::now() };
-        Ok(Self { file: file.to_owned(), required, loaded: Mutex::new(loaded) })
+        let loaded = FileBacked::new(vec![file.to_owned()], "client CA", || Self::build(file, required))?;
+        Ok(Self { file: file.to_owned(), required, loaded })
     }
 
     fn build(file: &Path, required: bool) -> Result<Arc<dyn rustls::server::danger::ClientCertVerifier>, TlsError> {
@@ -159,22 +174,7 @@ impl ReloadingClientCa {
 
     /// The verifier to use: the one loaded, or the file's new CA if it changed since.
     fn current(&self) -> Arc<dyn rustls::server::danger::ClientCertVerifier> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        if loaded.checked.elapsed() >= RECHECK {
-            loaded.checked = Instant::now();
-            let stamp = modified(&self.file);
-            if stamp != loaded.stamp {
-                match Self::build(&self.file, self.required) {
-                    Ok(v) => {
-                        tracing::info!(file = %self.file.display(), "client CA reloaded");
-                        loaded.verifier = v;
-                        loaded.stamp = stamp;
-                    }
-                    Err(e) => tracing::warn!(error = %e, "the client CA changed but does not load; keeping the one in use"),
-                }
-            }
-        }
-        loaded.verifier.clone()
+        self.loaded.current(|| Self::build(&self.file, self.required))
     }
 }
 
@@ -282,11 +282,11 @@ mod tests {
         // File times can be coarse: make the change visible however fine they are.
         std::thread::sleep(Duration::from_millis(20));
         let second = write("second");
-        resolver.loaded.lock().unwrap().checked -= RECHECK;
+        resolver.loaded.loaded.lock().unwrap().checked -= RECHECK;
         assert_eq!(resolver.current().cert[0].as_ref(), second.as_slice());
         std::thread::sleep(Duration::from_millis(20));
         write_private(&key, b"not a key").expect("w");
-        resolver.loaded.lock().unwrap().checked -= RECHECK;
+        resolver.loaded.loaded.lock().unwrap().checked -= RECHECK;
         assert_eq!(resolver.current().cert[0].as_ref(), second.as_slice(), "a pair that does not load is not served");
     }
 
@@ -304,12 +304,12 @@ mod tests {
         assert!(ca.verify_client_cert(&leaf(&second), &[], now).is_err(), "another CA's client");
         std::thread::sleep(Duration::from_millis(20));
         write_private(&file, second.certificate().pem().as_bytes()).expect("w");
-        ca.loaded.lock().unwrap().checked -= RECHECK;
+        ca.loaded.loaded.lock().unwrap().checked -= RECHECK;
         assert!(ca.verify_client_cert(&leaf(&second), &[], now).is_ok(), "the new CA verifies");
         assert!(ca.verify_client_cert(&leaf(&first), &[], now).is_err(), "the old one no longer does");
         std::thread::sleep(Duration::from_millis(20));
         write_private(&file, b"not a certificate").expect("w");
-        ca.loaded.lock().unwrap().checked -= RECHECK;
+        ca.loaded.loaded.lock().unwrap().checked -= RECHECK;
         assert!(ca.verify_client_cert(&leaf(&second), &[], now).is_ok(), "a file that does not load keeps the CA in use");
         assert!(!ca.client_auth_mandatory() && ReloadingClientCa::new(&dir.path().join("missing"), true).is_err());
     }
