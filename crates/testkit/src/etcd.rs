@@ -69,8 +69,13 @@ impl Etcd {
 
     /// A real etcd process, whatever `SHARDPLANE_STORE` says.
     pub async fn start_process(extra: &[&str]) -> Self {
+        Self::start_as("http", extra).await
+    }
+
+    /// Starts etcd serving `scheme` with `extra` flags, on fresh ports each attempt.
+    async fn start_as(scheme: &str, extra: &[&str]) -> Self {
         for _attempt in 0..5 {
-            if let Some(etcd) = Self::try_start(extra).await {
+            if let Some(etcd) = Self::try_start_as(scheme, extra).await {
                 return etcd;
             }
         }
@@ -83,16 +88,7 @@ impl Etcd {
     /// readiness is checked with them.
     pub async fn start_tls(cert: &std::path::Path, key: &std::path::Path, client_ca: &std::path::Path) -> Self {
         let flags = ["--cert-file", cert.to_str().unwrap(), "--key-file", key.to_str().unwrap(), "--client-cert-auth", "--trusted-ca-file", client_ca.to_str().unwrap()];
-        for _attempt in 0..5 {
-            if let Some(etcd) = Self::try_start_as("https", &flags).await {
-                return etcd;
-            }
-        }
-        panic!("etcd did not start in 5 attempts");
-    }
-
-    async fn try_start(extra: &[&str]) -> Option<Self> {
-        Self::try_start_as("http", extra).await
+        Self::start_as("https", &flags).await
     }
 
     async fn try_start_as(scheme: &str, extra: &[&str]) -> Option<Self> {
