@@ -215,7 +215,8 @@ impl Gate {
         let (class, level, id, rx) = {
             let mut s = self.lock();
             let Some(class) = classify(&s.config, user, attrs).map(Arc::new) else {
-                // No schema at all (not even catch-all can fail to match); refused as upstream.
+                // No schema matched: catch-all covers every authenticated and unauthenticated
+                // user, so only a user in neither group gets here; refused.
                 return Err((too_many(1), None));
             };
             let exempt = s.config.level(&class.level).is_some_and(|l| l.exempt);
@@ -263,14 +264,19 @@ impl Gate {
         }
     }
 
+    /// Every level, by name.
+    fn by_name(s: &State_) -> Vec<(&String, LevelId)> {
+        let mut names: Vec<(&String, LevelId)> = s.levels.iter().map(|(n, id)| (n, *id)).collect();
+        names.sort();
+        names
+    }
+
     /// `/debug/api_priority_and_fairness/dump_priority_levels`.
     pub fn dump_priority_levels(&self) -> String {
         let s = self.lock();
         let mut out = String::from("PriorityLevelName, ActiveQueues, IsIdle, IsQuiescing, WaitingRequests, ExecutingRequests, DispatchedRequests, RejectedRequests, TimedoutRequests, CancelledRequests\n");
-        let mut names: Vec<(&String, &LevelId)> = s.levels.iter().collect();
-        names.sort();
-        for (name, id) in names {
-            let v = s.pool.view(*id);
+        for (name, id) in Self::by_name(&s) {
+            let v = s.pool.view(id);
             let active = v.queues.iter().filter(|q| q.waiting > 0 || q.executing_seats > 0).count();
             let quiescing = s.config.level(name).is_none();
             let c = v.counts;
@@ -283,10 +289,8 @@ impl Gate {
     pub fn dump_queues(&self) -> String {
         let s = self.lock();
         let mut out = String::from("PriorityLevelName, Index, PendingRequests, ExecutingSeats, WaitingSeats, VirtualStart\n");
-        let mut names: Vec<(&String, &LevelId)> = s.levels.iter().collect();
-        names.sort();
-        for (name, id) in names {
-            for (i, q) in s.pool.view(*id).queues.iter().enumerate() {
+        for (name, id) in Self::by_name(&s) {
+            for (i, q) in s.pool.view(id).queues.iter().enumerate() {
                 out.push_str(&format!("{name}, {i}, {}, {}, {}, {}\n", q.waiting, q.executing_seats, q.waiting_seats, q.virtual_start));
             }
         }
@@ -297,10 +301,8 @@ impl Gate {
     pub fn dump_requests(&self) -> String {
         let s = self.lock();
         let mut out = String::from("PriorityLevelName, FlowSchemaName, QueueIndex, RequestIndexInQueue, FlowDistingsher, ArriveTime, InitialSeats\n");
-        let mut names: Vec<(&String, &LevelId)> = s.levels.iter().collect();
-        names.sort();
-        for (name, id) in names {
-            for (queue, pos, rid, width) in s.pool.waiting_in(*id) {
+        for (name, id) in Self::by_name(&s) {
+            for (queue, pos, rid, width) in s.pool.waiting_in(id) {
                 let Some(w) = s.waiting.get(&rid) else { continue };
                 let arrived = jiff::Timestamp::now() - jiff::SignedDuration::try_from(w.since.elapsed()).unwrap_or_default();
                 out.push_str(&format!("{name}, {}, {queue}, {pos}, {}, {}, {width}\n", w.class.schema, w.class.distinguisher, arrived));
@@ -413,19 +415,25 @@ mod tests {
             if let std::task::Poll::Ready(r) = futures::poll!(fair.as_mut()) {
                 break r;
             }
-            for w in &mut waiting {
-                if let std::task::Poll::Ready(Ok(a)) = futures::poll!(w.as_mut()) {
-                    held.push(a);
+            let mut still = Vec::new();
+            for mut w in waiting.drain(..) {
+                match futures::poll!(w.as_mut()) {
+                    std::task::Poll::Ready(r) => held.push(r.map_err(|(e, _)| e.code).expect("a waiter given its seat")),
+                    std::task::Poll::Pending => still.push(w),
                 }
             }
+            waiting = still;
         };
         assert!(admitted.is_ok());
         assert!(turns <= 6, "the quiet flow waited {turns} turns behind a backlog of {}", waiting.len());
         // What still waits times out after the wait limit with a 429.
         tokio::time::advance(WAIT_LIMIT + Duration::from_secs(1)).await;
-        let w = waiting.pop().unwrap();
-        let r = w.await;
-        assert!(matches!(r, Err((ref e, _)) if e.code == 429) || r.is_ok());
+        let w = waiting.pop().expect("the flood still waits");
+        match w.await {
+            Err((e, Some(c))) => assert_eq!((e.code, c.level.as_str()), (429, "global-default")),
+            Err((e, None)) => panic!("refused unclassified: {e:?}"),
+            Ok(_) => panic!("a waiter got a seat although none was freed"),
+        }
         assert!(g.dump_priority_levels().contains("global-default"));
     }
 

@@ -155,6 +155,15 @@ pub struct LevelView {
     pub queues: Vec<QueueView>,
 }
 
+impl Level {
+    /// The queue `flow` joins: of the hand it is dealt, the one holding the fewest seats
+    /// (waiting and executing); the first dealt of equals.
+    fn least_loaded(&self, flow: u64, hand_size: u32) -> usize {
+        let hand = deal(flow, self.queues.len() as u32, hand_size);
+        hand.into_iter().min_by_key(|&i| self.queues[i].waiting_seats + self.queues[i].executing_seats).expect("a hand holds a queue")
+    }
+}
+
 /// Every level's seats and queues.
 #[derive(Debug, Default)]
 pub struct Pool {
@@ -259,10 +268,7 @@ impl Pool {
         let queue = match l.limits.queuing {
             None => 0,
             Some(q) => {
-                let hand = deal(flow, l.queues.len() as u32, q.hand_size);
-                let load = |i: &usize| l.queues[*i].waiting_seats + l.queues[*i].executing_seats;
-                // The least loaded queue of the hand; the first dealt of equals.
-                let pick = hand.iter().copied().min_by_key(|i| load(i)).expect("a hand holds a queue");
+                let pick = l.least_loaded(flow, q.hand_size);
                 if l.queues[pick].waiting.len() >= q.queue_length_limit as usize {
                     self.levels[level].counts.rejected += 1;
                     return Err(Refusal::QueueFull);
@@ -331,8 +337,7 @@ impl Pool {
             let hand_size = limits.queuing.map_or(1, |q| q.hand_size);
             for w in waiters {
                 let l = &mut self.levels[level];
-                let hand = deal(w.flow, l.queues.len() as u32, hand_size);
-                let pick = hand.iter().copied().min_by_key(|i| l.queues[*i].waiting_seats).expect("a hand holds a queue");
+                let pick = l.least_loaded(w.flow, hand_size);
                 let q = &mut l.queues[pick];
                 q.virtual_start = q.virtual_start.max(l.virtual_now);
                 q.waiting.push_back(w);
@@ -406,12 +411,6 @@ impl Pool {
     pub fn waiting_in(&self, level: LevelId) -> Vec<(usize, usize, u64, u32)> {
         let l = &self.levels[level];
         l.queues.iter().enumerate().flat_map(|(qi, q)| q.waiting.iter().enumerate().map(move |(pos, w)| (qi, pos, w.id, w.width))).collect()
-    }
-
-    /// Counts one request that never entered a queue because it was refused before (for
-    /// requests the gate turns away itself).
-    pub fn count_rejected(&mut self, level: LevelId) {
-        self.levels[level].counts.rejected += 1;
     }
 }
 
