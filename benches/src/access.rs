@@ -16,16 +16,17 @@ use crate::write::{CONCURRENCY, rate};
 use serde_json::json;
 use std::time::Instant;
 
-const NS: &str = "access";
+/// The namespace both sides are measured in (the caller creates it).
+pub const NS: &str = "access";
 const TOKEN: &str = "bench-token";
 
 /// One side of the comparison.
-struct Side {
-    topology: Topology,
-    client: reqwest::Client,
+pub struct Side {
+    pub topology: Topology,
+    pub client: reqwest::Client,
     /// A bearer token to send, on the secure side.
-    token: Option<&'static str>,
-    _etcd: shardplane_testkit::Etcd,
+    pub token: Option<&'static str>,
+    pub _etcd: shardplane_testkit::Etcd,
 }
 
 impl Side {
@@ -127,7 +128,34 @@ async fn start_sides(ctx: &Ctx, k: u32) -> [Side; 2] {
 pub async fn run(ctx: &Ctx) -> Section {
     let (n, lists, rounds, k) = if ctx.smoke { (50, 3, 1, 2) } else { (5_000, 20, 8, 2) };
     let sides = start_sides(ctx, k).await;
-    let bar = ctx.bar(2 * rounds as u64, "access: the same requests with and without TLS, authentication and RBAC");
+    let compared = Compared {
+        title: "identity and access cost",
+        names: ["plain HTTP, an anonymous caller, AlwaysAllow (`--insecure-plain-http`)", "HTTPS, a token-file user on every request, RBAC from a RoleBinding to `edit` (as `shard-router` serves by default)"],
+        topologies: "(the shards behind it over HTTPS with the front proxy's certificate)",
+        target: "with TLS, authentication and RBAC vs without",
+        why: "The cost is TLS on both hops (client to router, router to shard), the token lookup, and RBAC's decision (cached per user and request attributes under the policy's generation, RFC 0012). Throughput ratios below 1 are the cost; latency and CPU ratios above 1 are.\n",
+    };
+    compare(ctx, sides, &compared, (n, lists, rounds, k)).await
+}
+
+/// What a side-by-side comparison of two topologies reports.
+pub struct Compared {
+    pub title: &'static str,
+    /// Side A and side B.
+    pub names: [&'static str; 2],
+    /// What more is said of the topologies after the two names.
+    pub topologies: &'static str,
+    /// The targets' wording after the measure ("creates/s {target}").
+    pub target: &'static str,
+    /// Where the difference goes.
+    pub why: &'static str,
+}
+
+/// The same rounds on both sides, alternating (A, B then B, A), after a warm-up round each:
+/// `n` creates, GETs and deletes and `lists` LISTs per round, `rounds` rounds per side, over
+/// topologies of `k` shards. Each B/A throughput ratio's least value must be at least 0.8.
+pub async fn compare(ctx: &Ctx, sides: [Side; 2], c: &Compared, (n, lists, rounds, k): (usize, usize, usize, u32)) -> Section {
+    let bar = ctx.bar(2 * rounds as u64, &format!("{}: the same requests on both sides", c.title));
     // Warm-up: one small round on each, not counted (connections, caches).
     for side in &sides {
         round(side, n / 10 + 1, 1).await;
@@ -145,22 +173,24 @@ pub async fn run(ctx: &Ctx) -> Section {
     let mut profiles = String::new();
     if ctx.perf {
         // One more round on each side, sampled: where the difference goes.
-        for (i, label) in [(1, "B: with TLS, authentication and RBAC"), (0, "A: without")] {
+        for i in [1, 0] {
+            let label = format!("{}: {}", ["A", "B"][i], c.names[i]);
             let t = &sides[i].topology;
             let groups = [("router", vec![t.router_pid()]), ("shards", t.shards.iter().map(|s| s.pid).collect())];
             let flats = crate::profile::during(&groups, round(&sides[i], n, lists)).await;
-            profiles.push_str(&crate::profile::render(label, &flats));
+            profiles.push_str(&crate::profile::render(&label, &flats));
         }
     }
     for side in sides {
         side.topology.stop().await;
     }
 
-    let mut s = Section::new("identity and access cost");
+    let mut s = Section::new(c.title);
     s.line(format!(
-        "Two topologies of {k} shards, each on its own etcd, side by side: **A** {}, **B** {} (the shards behind it over HTTPS with the front proxy's certificate). Each round sends {n} creates, {n} GETs ({CONCURRENCY} in flight), {lists} LISTs of the {n} ConfigMaps (one at a time) and {n} deletes to one side, over HTTP/1.1 on both; {rounds} rounds per side, alternating A, B then B, A, after a warm-up round each. Figures are medians over rounds; a ratio is the median of the {rounds} per-round B/A ratios, with the least and most.\n",
-        results_name(0),
-        results_name(1)
+        "Two topologies of {k} shards, each on its own etcd, side by side: **A** {}, **B** {} {}. Each round sends {n} creates, {n} GETs ({CONCURRENCY} in flight), {lists} LISTs of the {n} ConfigMaps (one at a time) and {n} deletes to one side, over HTTP/1.1 on both; {rounds} rounds per side, alternating A, B then B, A, after a warm-up round each. Figures are medians over rounds; a ratio is the median of the {rounds} per-round B/A ratios, with the least and most.\n",
+        c.names[0],
+        c.names[1],
+        c.topologies
     ));
     let med = |v: &[f64]| percentile(&mut v.to_vec(), 0.5);
     let ratios = |f: &dyn Fn(&Round) -> f64| -> Vec<f64> { results[1].iter().zip(&results[0]).map(|(b, a)| f(b) / f(a)).collect() };
@@ -172,7 +202,7 @@ pub async fn run(ctx: &Ctx) -> Section {
         let rs = ratios(f);
         rows.push(vec![what.to_owned(), format!("{a:.0}"), format!("{b:.0}"), spread(&rs), format!("{rounds} rounds × {n}")]);
         let least = rs.iter().cloned().fold(f64::MAX, f64::min);
-        s.target(format!("{what} with TLS, authentication and RBAC vs without"), format!("B/A {}", spread(&rs)), "≥ 0.80 (least ratio)", least >= 0.8);
+        s.target(format!("{what} {}", c.target), format!("B/A {}", spread(&rs)), "≥ 0.80 (least ratio)", least >= 0.8);
     }
     // Latency percentiles over every sample of every round, with the counts behind them.
     let all = |i: usize, f: fn(&Round) -> &Vec<f64>| -> Vec<f64> { results[i].iter().flat_map(|r| f(r).iter().cloned()).collect() };
@@ -196,11 +226,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     if !profiles.is_empty() {
         s.line(profiles);
     }
-    s.line("The cost is TLS on both hops (client to router, router to shard), the token lookup, and RBAC's decision (cached per user and request attributes under the policy's generation, RFC 0012). Throughput ratios below 1 are the cost; latency and CPU ratios above 1 are.\n");
+    s.line(c.why);
     s
-}
-
-fn results_name(i: usize) -> &'static str {
-    ["plain HTTP, an anonymous caller, AlwaysAllow (`--insecure-plain-http`)", "HTTPS, a token-file user on every request, RBAC from a RoleBinding to `edit` (as `shard-router` serves by default)"][i]
 }
 

@@ -48,6 +48,12 @@ impl Topology {
         Self::spawn(router, &["--etcd-endpoints", etcd], k, None).await
     }
 
+    /// [`Topology::start`] with more flags for the router (which passes its own on to its shards).
+    pub async fn start_with(router: &Path, etcd: &str, k: u32, flags: &[&str]) -> Self {
+        let args: Vec<&str> = ["--etcd-endpoints", etcd].into_iter().chain(flags.iter().copied()).collect();
+        Self::spawn(router, &args, k, None).await
+    }
+
     /// The router as a user runs it (RFC 0012): HTTPS with the PKI it makes in `dir`, RBAC, and
     /// `dir/tokens.csv` as its token file (written by the caller first). Its shards serve the
     /// router alone, so readiness is the router's `/readyz`, asked as the admin; returns the

@@ -8,6 +8,7 @@
 //! report goes to `target/bench-smoke/` and says that its numbers mean nothing).
 
 mod access;
+mod apf;
 mod churn;
 mod cluster;
 mod list;
@@ -52,7 +53,7 @@ struct Args {
     perf: bool,
 }
 
-const SCENARIOS: [&str; 8] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store", "access"];
+const SCENARIOS: [&str; 9] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store", "access", "apf"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -203,6 +204,9 @@ async fn main() {
     }
     if want("access") {
         sections.push(access::run(&ctx).await);
+    }
+    if want("apf") {
+        sections.push(apf::run(&ctx).await);
     }
     if !memory_points.is_empty() {
         sections.push(scaling(&ctx, &memory_points, &list_points));

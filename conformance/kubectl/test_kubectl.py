@@ -140,3 +140,19 @@ def test_server_side_apply(k):
     k.run("apply", "--server-side", "--field-manager=rival", "--force-conflicts", "-n", k.ns, "-f", "-", stdin=rival)
     cm = k.json("get", "configmap", "ssa", "-n", k.ns, "--show-managed-fields")
     assert cm["data"] == {"c": "e"} and sorted(m["manager"] for m in cm["metadata"]["managedFields"]) == ["kubectl", "rival"]
+
+
+def test_get_flowschemas_and_priority_levels_shows_upstreams_defaults(k):
+    out = k.run("get", "flowschemas,prioritylevelconfigurations").stdout
+    lines = out.splitlines()
+    # Both tables, with upstream's columns and the mandatory and suggested objects.
+    fs_header = next(l for l in lines if l.startswith("NAME") and "PRIORITYLEVEL" in l)
+    assert fs_header.split() == ["NAME", "PRIORITYLEVEL", "MATCHINGPRECEDENCE", "DISTINGUISHERMETHOD", "AGE", "MISSINGPL"], fs_header
+    pl_header = next(l for l in lines if l.startswith("NAME") and "NOMINALCONCURRENCYSHARES" in l)
+    assert pl_header.split()[:2] == ["NAME", "TYPE"], pl_header
+    rows = {l.split()[0]: l.split() for l in lines if not l.startswith("NAME") and l.strip()}
+    for fs, level, precedence in [("flowschema.flowcontrol.apiserver.k8s.io/exempt", "exempt", "1"), ("flowschema.flowcontrol.apiserver.k8s.io/global-default", "global-default", "9900"), ("flowschema.flowcontrol.apiserver.k8s.io/catch-all", "catch-all", "10000")]:
+        assert rows[fs][1:3] == [level, precedence], rows.get(fs)
+        assert rows[fs][-1] == "False", f"{fs} is not dangling: {rows[fs]}"
+    for pl, kind in [("prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/exempt", "Exempt"), ("prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/workload-low", "Limited"), ("prioritylevelconfiguration.flowcontrol.apiserver.k8s.io/catch-all", "Limited")]:
+        assert rows[pl][1] == kind, rows.get(pl)

@@ -75,7 +75,11 @@ fn is_router_header(name: &str) -> bool {
 pub async fn admit(State(access): State<Arc<Access>>, mut req: Request, next: Next) -> Response<Body> {
     let leaf = req.extensions().get::<ClientCertificates>().and_then(|c| c.0.first().cloned());
     let user = match &*access {
-        Access::Insecure => return next.run(req).await,
+        // Anyone is believed: the user the router's headers name, if any.
+        Access::Insecure => match named_by_router(&req) {
+            Some(u) => u,
+            None => return next.run(req).await,
+        },
         Access::FrontProxy { allowed_names, .. } => {
             // The handshake verified the chain; the name is checked here, as upstream does.
             let Some(cn) = leaf.as_ref().and_then(front_proxy::common_name) else { return refuse() };
@@ -83,10 +87,16 @@ pub async fn admit(State(access): State<Arc<Access>>, mut req: Request, next: Ne
                 tracing::warn!(%cn, "a client certificate from the front proxy's CA with a name not allowed");
                 return refuse();
             }
-            let headers = req.headers().iter().filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)));
-            // The router's own requests (its shared watches, readiness) name no user: they are
-            // the router's, by its certificate.
-            front_proxy::user(headers).unwrap_or_else(|| UserInfo::authenticated(cn, "", Vec::new()))
+            match named_by_router(&req) {
+                Some(u) => u,
+                None => {
+                    // The router's own requests (its shared watches, readiness) name no user:
+                    // they are the router's, by its certificate, and name none further on
+                    // (priority and fairness exempts them, RFC 0013).
+                    tracing::Span::current().record("user", cn.as_str());
+                    return next.run(req).await;
+                }
+            }
         }
         Access::Clients { authenticator, .. } => {
             let authorization = req.headers().get(header::AUTHORIZATION).map(|v| v.to_str().unwrap_or("\u{0}").to_owned());
@@ -114,6 +124,11 @@ pub async fn admit(State(access): State<Arc<Access>>, mut req: Request, next: Ne
     tracing::Span::current().record("user", user.name.as_str());
     req.extensions_mut().insert(user);
     next.run(req).await
+}
+
+/// The user a router's front-proxy headers name, if they name one.
+fn named_by_router(req: &Request) -> Option<UserInfo> {
+    front_proxy::user(req.headers().iter().filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?))))
 }
 
 fn refuse() -> Response<Body> {

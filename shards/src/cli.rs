@@ -85,15 +85,12 @@ struct Args {
     /// Events buffered per watcher before a slow watcher is closed.
     #[arg(long, default_value_t = 1024)]
     watcher_buffer: usize,
-    /// Most concurrent non-mutating requests (watches exempt); more get 429.
-    #[arg(long, default_value_t = 400)]
-    max_requests_inflight: usize,
+    /// Priority and fairness (`--enable-priority-and-fairness`) and the in-flight bounds.
+    #[command(flatten)]
+    flow_control: shardplane_flowcontrol::Flags,
     /// Seconds: a watch without timeoutSeconds runs a random time between this and twice this.
     #[arg(long, default_value_t = 1800)]
     min_request_timeout: u64,
-    /// Most concurrent mutating requests; more get 429.
-    #[arg(long, default_value_t = 200)]
-    max_mutating_requests_inflight: usize,
     /// Seconds of the membership lease: the coordinator takes a shard that stops renewing it
     /// for dead this long after (RFC 0006).
     #[arg(long, default_value_t = 10)]
@@ -196,8 +193,7 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
         namespace_sweep: Duration::from_secs(1),
         min_request_timeout: Duration::from_secs(args.min_request_timeout.max(1)),
-        max_requests_inflight: args.max_requests_inflight,
-        max_mutating_inflight: args.max_mutating_requests_inflight,
+        flow_control: args.flow_control,
         member_ttl: Duration::from_secs(args.member_ttl_seconds.max(1)),
         standalone: args.standalone,
         storage_contract,

@@ -17,6 +17,7 @@ mod converted;
 pub mod bootstrap;
 pub mod cli;
 pub mod crds;
+mod flow_control;
 pub mod informer;
 pub mod rbac_aggregation;
 mod kubelet;

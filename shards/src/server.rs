@@ -13,7 +13,6 @@ use shardplane_apimachinery::list_options::ListOptions;
 use shardplane_apimachinery::openapi;
 use shardplane_apimachinery::patch::PatchType;
 use shardplane_apimachinery::ApiError;
-use shardplane_http::limits::InflightLimits;
 use shardplane_http::negotiation::View;
 use shardplane_apimachinery::resources::{Backing, ResourceInfo};
 use shardplane_http::request::prologue;
@@ -46,10 +45,8 @@ pub struct ShardConfig {
     pub member_ttl: Duration,
     /// Outside any cluster: no range map, no membership; it owns exactly `ranges`.
     pub standalone: bool,
-    /// Most concurrent non-mutating, non-watch requests (upstream `--max-requests-inflight`).
-    pub max_requests_inflight: usize,
-    /// Most concurrent mutating requests (upstream `--max-mutating-requests-inflight`).
-    pub max_mutating_inflight: usize,
+    /// Priority and fairness, or the two in-flight bounds (upstream's flags; RFC 0013).
+    pub flow_control: shardplane_flowcontrol::Flags,
     /// Which resources are on an etcd of their own (`--storage-config`); the rest, and the
     /// cluster's control data, are on `etcd_endpoints`.
     pub storage_contract: StorageContract,
@@ -79,9 +76,8 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     tokio::spawn(crate::crds::run_cleanup(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::bootstrap::bootstrap(shard.clone()));
     tokio::spawn(crate::rbac_aggregation::run(shard.clone()));
-    let limits = InflightLimits::new(config.max_requests_inflight, config.max_mutating_inflight);
     let shard_for_members = shard.clone();
-    let app = router(shard, limits, config.access.clone());
+    let app = router(shard, config.flow_control, config.access.clone());
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let url = format!("{}://{}", config.access.scheme(), listener.local_addr()?);
     shard_for_members.set_url(url.clone());
@@ -102,10 +98,12 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
 
 /// The HTTP routes of a shard: health and metrics, discovery, OpenAPI, the router protocol's
 /// internal paths, and every resource path (the fallback), all behind the shared request
-/// prologue (`shardplane_http::request::prologue`) and then the check of who is calling
-/// ([`crate::access`]).
-pub fn router(shard: Arc<Shard>, limits: InflightLimits, access: crate::access::Access) -> Router {
-    let surface = Surface { server: shard.id.clone(), limits, metrics: shard.metrics.clone() };
+/// prologue (`shardplane_http::request::prologue`), then the check of who is calling
+/// ([`crate::access`]), then priority and fairness when `flow_control` turns it on (RFC 0013:
+/// the router's own requests, naming no user, are exempt).
+pub fn router(shard: Arc<Shard>, flow_control: shardplane_flowcontrol::Flags, access: crate::access::Access) -> Router {
+    let surface = Surface { server: shard.id.clone(), limits: flow_control.inflight(), metrics: shard.metrics.clone() };
+    let gate = flow_control.enable_priority_and_fairness.then(|| crate::flow_control::start(&shard, flow_control.server_seats()));
     let app = App { shard, surface };
     let mut r = Router::new();
     // Clients ask for the roots with and without a trailing slash (the Python client's `/apis/`).
@@ -131,8 +129,11 @@ pub fn router(shard: Arc<Shard>, limits: InflightLimits, access: crate::access::
         let route = route.fallback(resource);
         r = r.route(&format!("{path}/"), route.clone()).route(path, route);
     }
-    r.fallback(resource)
-        .layer(axum::middleware::from_fn_with_state(Arc::new(access), crate::access::admit))
+    let mut r = r.fallback(resource);
+    if let Some(gate) = gate {
+        r = r.merge(shardplane_flowcontrol::debug::routes(gate.clone())).layer(axum::middleware::from_fn_with_state(gate, shardplane_flowcontrol::gate));
+    }
+    r.layer(axum::middleware::from_fn_with_state(Arc::new(access), crate::access::admit))
         .layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>))
         .with_state(app)
 }

@@ -397,6 +397,12 @@ impl Shard {
         self.all_served().iter().all(|s| s.cache.ready())
     }
 
+    /// How many objects of (group, plural) this shard's cache holds, if it serves them.
+    pub fn stored_objects(&self, group: &str, plural: &str) -> Option<u64> {
+        let table = self.table.read().unwrap_or_else(|p| p.into_inner());
+        table.by_resource.get(&(group.to_owned(), plural.to_owned())).map(|s| s.cache.stats().objects as u64)
+    }
+
     /// All served resources with their caches.
     pub fn all_served(&self) -> Vec<Arc<Served>> {
         self.table.read().unwrap_or_else(|p| p.into_inner()).by_resource.values().cloned().collect()

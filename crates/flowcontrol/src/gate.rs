@@ -57,10 +57,21 @@ struct State_ {
     next_id: u64,
 }
 
+/// What a request that names no user is (no `UserInfo` in its extensions).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unnamed {
+    /// An anonymous client's: classified as `system:anonymous` (the router).
+    Anonymous,
+    /// The router's own (its shared watches, readiness, informers): exempt, as upstream's
+    /// loopback client is (a shard behind a router, RFC 0013).
+    Exempt,
+}
+
 /// The process's priority levels, queues and seats.
 pub struct Gate {
     state: Mutex<State_>,
     server_seats: u32,
+    unnamed: Unnamed,
     stored: StoredCount,
     metrics: FlowMetrics,
 }
@@ -138,11 +149,13 @@ fn unix_now() -> u64 {
 
 impl Gate {
     /// A gate over `server_seats` seats in all, with the mandatory configuration until
-    /// [`Gate::configure`] gives it the store's; its metrics go into `registry`.
-    pub fn new(server_seats: u32, stored: StoredCount, registry: &prometheus::Registry) -> Arc<Self> {
+    /// [`Gate::configure`] gives it the store's, taking requests that name no user as
+    /// `unnamed` says; its metrics go into `registry`.
+    pub fn new(server_seats: u32, unnamed: Unnamed, stored: StoredCount, registry: &prometheus::Registry) -> Arc<Self> {
         let gate = Arc::new(Self {
             state: Mutex::new(State_ { pool: Pool::new(), config: Arc::default(), levels: HashMap::new(), waiting: HashMap::new(), running: HashMap::new(), retry: HashMap::new(), next_id: 0 }),
             server_seats: server_seats.max(1),
+            unnamed,
             stored,
             metrics: FlowMetrics::register(registry),
         });
@@ -212,6 +225,8 @@ impl Gate {
     /// Classifies a request for `attrs` by `user` and gives it its seats, waiting for them as
     /// its level says; the 429 to answer when it is refused (with its classification).
     pub async fn admit(self: &Arc<Self>, user: &UserInfo, attrs: &Attributes) -> Result<Admission, (ApiError, Option<Arc<Classification>>)> {
+        // Asked before the gate's lock is taken: the count may take locks of its own.
+        let stored = if crate::width::lists(attrs) { (self.stored)(&attrs.api_group, &attrs.resource) } else { None };
         let (class, level, id, rx) = {
             let mut s = self.lock();
             let Some(class) = classify(&s.config, user, attrs).map(Arc::new) else {
@@ -225,7 +240,7 @@ impl Gate {
                 return Ok(Admission { class, seat: None });
             }
             let level = s.levels[&class.level];
-            let width = s.pool.clamp_width(level, crate::width::seats(attrs, (self.stored)(&attrs.api_group, &attrs.resource)));
+            let width = s.pool.clamp_width(level, crate::width::seats(attrs, stored));
             s.next_id += 1;
             let id = s.next_id;
             let (tx, rx) = oneshot::channel();
@@ -324,7 +339,11 @@ fn name_response(resp: &mut Response<Body>, class: &Classification) {
 /// The middleware: admits the request of the user authentication named (anonymous if none),
 /// holds its seats while it is answered, and names its schema and level in the answer.
 pub async fn gate(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Response<Body> {
-    let user = req.extensions().get::<UserInfo>().cloned().unwrap_or_else(shardplane_identity::authn::anonymous);
+    let user = match (req.extensions().get::<UserInfo>(), gate.unnamed) {
+        (Some(u), _) => u.clone(),
+        (None, Unnamed::Anonymous) => shardplane_identity::authn::anonymous(),
+        (None, Unnamed::Exempt) => return next.run(req).await,
+    };
     let query = shardplane_http::query::Query::parse(req.uri().query().unwrap_or(""));
     let watch = query.is_watch();
     let attrs = attributes(req.method().as_str(), req.uri().path(), watch, "");
@@ -360,7 +379,7 @@ mod tests {
     use shardplane_apimachinery::kind_rules::flowcontrol as bootstrap;
 
     fn gate(seats: u32) -> Arc<Gate> {
-        let g = Gate::new(seats, Arc::new(|_: &str, _: &str| Some(1000)), &prometheus::Registry::new());
+        let g = Gate::new(seats, Unnamed::Anonymous, Arc::new(|_: &str, _: &str| Some(1000)), &prometheus::Registry::new());
         g.configure(Config::build(&bootstrap::priority_levels(), &bootstrap::flow_schemas(), seats));
         g
     }

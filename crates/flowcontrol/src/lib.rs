@@ -13,9 +13,14 @@
 pub mod model;
 pub mod classify;
 pub mod config;
+pub mod debug;
+pub mod flags;
+pub mod follow;
+pub mod status;
 pub mod gate;
 pub mod metrics;
 pub mod retry_after;
 pub mod width;
 
-pub use gate::{gate, Admission, Gate, StoredCount};
+pub use flags::Flags;
+pub use gate::{gate, Admission, Gate, StoredCount, Unnamed};

@@ -66,7 +66,7 @@ impl FlowMetrics {
         m
     }
 
-    fn flow<'a>(c: &'a Classification) -> [&'a str; 2] {
+    fn flow(c: &Classification) -> [&str; 2] {
         [&c.level, &c.schema]
     }
 

@@ -14,11 +14,16 @@ pub const MAX_SEATS: u32 = 10;
 /// The seats of a request for `attrs` when `stored` objects of its resource are held (`None`:
 /// not known, one seat).
 pub fn seats(attrs: &Attributes, stored: Option<u64>) -> u32 {
-    let listing = attrs.resource_request && matches!(attrs.verb.as_str(), "list" | "watch");
     match stored {
-        Some(n) if listing => n.div_ceil(OBJECTS_PER_SEAT).clamp(1, MAX_SEATS as u64) as u32,
+        Some(n) if lists(attrs) => n.div_ceil(OBJECTS_PER_SEAT).clamp(1, MAX_SEATS as u64) as u32,
         _ => 1,
     }
+}
+
+/// Whether a request for `attrs` goes through its resource's objects (a LIST, or a watch's
+/// initial state): only then does its width ask how many are stored.
+pub fn lists(attrs: &Attributes) -> bool {
+    attrs.resource_request && matches!(attrs.verb.as_str(), "list" | "watch")
 }
 
 #[cfg(test)]

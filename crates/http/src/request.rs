@@ -1,11 +1,12 @@
 //! The prologue and epilogue every API request goes through, on a shard and on a router alike,
 //! as one axum middleware ([`prologue`]): one query parse, the resource the path names, the
 //! request's metric labels, a tracing span, the body read within upstream's limit (413) and the
-//! request's deadline, an in-flight seat (429 with Retry-After past the bound), then the route's
-//! handler within the request timeout (504; watches excepted), which takes the parsed request
-//! as a [`RequestContext`] and answers a [`Reply`] (errors become `Status` responses); last
-//! `apiserver_request_total` and `apiserver_request_duration_seconds`. A panic below it is a
-//! 500 Status for that request alone (RFC 0010).
+//! request's deadline, an in-flight seat unless priority and fairness gives seats (429 with
+//! Retry-After past the bound), then the route's handler within the request timeout (504;
+//! watches excepted), which takes the parsed request as a [`RequestContext`] and answers a
+//! [`Reply`] (errors become `Status` responses); last `apiserver_request_total` and
+//! `apiserver_request_duration_seconds`. A panic below it is a 500 Status for that request
+//! alone (RFC 0010).
 
 use crate::body;
 use crate::limits::InflightLimits;
@@ -32,7 +33,9 @@ use tracing::Instrument;
 pub struct Surface {
     /// The serving process in every request's span: a shard's id, or `router`.
     pub server: String,
-    pub limits: InflightLimits,
+    /// The two in-flight bounds, taken before authentication; `None` when priority and
+    /// fairness gives seats instead, after it (RFC 0013).
+    pub limits: Option<InflightLimits>,
     pub metrics: Metrics,
 }
 
@@ -169,7 +172,7 @@ async fn serve_request<A: Api>(api: A, req: Request, next: Next) -> Response<Bod
             Ok(b) => b,
             Err(e) => return body::error(&e),
         };
-        let _seat = match surface.limits.admit(&parts.method, watch) {
+        let _seat = match surface.limits.as_ref().map(|l| l.admit(&parts.method, watch)).transpose() {
             Ok(seat) => seat,
             Err(e) => return body::error(&e),
         };

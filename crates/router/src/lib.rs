@@ -9,9 +9,9 @@
 //! one prologue, the same metrics), so a router and a shard read and count requests alike; it
 //! holds the range map, the served resources and the shared watch upstreams ([`RouterState`]).
 //! Where a client connects is where its identity is settled, once (RFC 0012): authentication
-//! ([`authn`]), audit ([`audit`]), impersonation ([`impersonation`]) and authorization
-//! ([`authz`]) run in that order before a request is routed, and the shards learn the user from
-//! the router's front-proxy headers alone.
+//! ([`authn`]), audit ([`audit`]), impersonation ([`impersonation`]), priority and fairness
+//! (`flow_control`, RFC 0013) and authorization ([`authz`]) run in that order before a request
+//! is routed, and the shards learn the user from the router's front-proxy headers alone.
 //! It must stay thin: no object cache, no writes to objects, no merge logic of its own (that is
 //! `shardplane-coordinator`'s), and it must never present a partial LIST as whole or a watch with
 //! a gap: a shard that fails turns into a 503 Status or the clean end of a watch. The
@@ -20,6 +20,7 @@
 pub mod audit;
 pub mod authn;
 pub mod authz;
+mod flow_control;
 mod forward;
 mod hub;
 pub mod impersonation;

@@ -16,7 +16,6 @@ use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::resources::{Backing, ResourceInfo};
 use shardplane_apimachinery::{kind_rules, meta};
 use shardplane_apimachinery::{request_path, ApiError};
-use shardplane_http::limits::InflightLimits;
 use shardplane_http::metrics::Metrics;
 use shardplane_http::protocol::GENERATED_NAME_HEADER;
 use shardplane_http::request::prologue;
@@ -59,6 +58,8 @@ pub struct ClientFacing {
     pub authorization: Vec<crate::authz::Mode>,
     /// The audit policy and log (`--audit-policy-file`, `--audit-log-path`); none: no audit.
     pub auditor: Option<Arc<crate::audit::Auditor>>,
+    /// Priority and fairness, or the two in-flight bounds (RFC 0013).
+    pub flow_control: shardplane_flowcontrol::Flags,
 }
 
 /// The router's state: the shards and its request surface (seats on fan-out, metrics).
@@ -72,6 +73,8 @@ struct App {
     authn: Arc<crate::authn::Authentication>,
     /// Records requests as the audit policy says.
     auditor: Option<Arc<crate::audit::Auditor>>,
+    /// Priority and fairness's seats and queues, when it is on.
+    gate: Option<Arc<shardplane_flowcontrol::Gate>>,
 }
 
 impl axum::extract::FromRef<App> for Arc<crate::authn::Authentication> {
@@ -119,7 +122,10 @@ pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, clients:
     let modes = if clients.authorization.is_empty() { vec![crate::authz::Mode::AlwaysAllow] } else { clients.authorization.clone() };
     let authz = Arc::new(Authorizer::start(modes, &shards.stores, &shutdown));
     let authn = Arc::new(crate::authn::Authentication::new(clients.authenticator.clone(), shards.clone(), clients.auditor.clone()));
-    let app = App { shards, surface: Surface { server: "router".into(), limits: InflightLimits::default(), metrics: Metrics::new() }, authz, authn, auditor: clients.auditor.clone() };
+    let metrics = Metrics::new();
+    let fc = clients.flow_control;
+    let gate = fc.enable_priority_and_fairness.then(|| crate::flow_control::start(&shards, fc.server_seats(), metrics.registry(), &shutdown));
+    let app = App { shards, surface: Surface { server: "router".into(), limits: fc.inflight(), metrics }, authz, authn, auditor: clients.auditor.clone(), gate };
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
@@ -155,11 +161,17 @@ fn routes(app: App) -> Router {
             .route(OPENID_CONFIGURATION, get(openid_configuration).fallback(route_request))
             .route(JWKS, get(jwks).fallback(route_request));
     }
+    if let Some(gate) = &app.gate {
+        r = r.merge(shardplane_flowcontrol::debug::routes(gate.clone()));
+    }
     // Layers run last-added first: the prologue, then authentication, then audit, then
-    // impersonation, then authorization (upstream's order).
-    r.fallback(route_request)
-        .layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::authz::authorize))
-        .layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::impersonation::impersonate))
+    // impersonation, then priority and fairness, then authorization (upstream's order).
+    let r = r.fallback(route_request).layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::authz::authorize));
+    let r = match &app.gate {
+        Some(gate) => r.layer(axum::middleware::from_fn_with_state(gate.clone(), shardplane_flowcontrol::gate)),
+        None => r,
+    };
+    r.layer(axum::middleware::from_fn_with_state(app.authz.clone(), crate::impersonation::impersonate))
         .layer(axum::middleware::from_fn_with_state(app.auditor.clone(), crate::audit::audit))
         .layer(axum::middleware::from_fn_with_state(app.authn.clone(), crate::authn::authenticate))
         .layer(axum::middleware::from_fn_with_state(app.clone(), prologue::<App>))

@@ -139,6 +139,10 @@ struct Args {
     /// The audit log's format: `json`, upstream's default (`legacy` is not served).
     #[arg(long, default_value = "json")]
     audit_log_format: String,
+    /// Priority and fairness (`--enable-priority-and-fairness`, RFC 0013) and the in-flight
+    /// bounds, at the router and at the shards it starts.
+    #[command(flatten)]
+    flow_control: shardplane_flowcontrol::Flags,
 }
 
 /// The store credentials of the shards this router starts: its own, or the shard certificate.
@@ -323,7 +327,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shards must be at least 1");
             return std::process::ExitCode::from(2);
         }
-        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(shard_access_args).chain(shard_store_tls(&args).to_args()).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
+        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(args.flow_control.to_args()).chain(shard_access_args).chain(shard_store_tls(&args).to_args()).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
         match topology::start(launch, args.shard_count, std::time::Duration::from_secs(args.bookmark_interval.max(1)), shutdown.clone()).await {
             Ok((s, sup, pids)) => {
                 supervisors = sup;
@@ -352,7 +356,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
     };
     let kubeconfig = args.kubeconfig.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens, service_accounts, anonymous: args.anonymous_auth }), authorization, auditor };
+    let clients = shardplane_router::ClientFacing { tls, authenticator: std::sync::Arc::new(shardplane_identity::authn::Authenticator { tokens, service_accounts, anonymous: args.anonymous_auth }), authorization, auditor, flow_control: args.flow_control };
     let result = serve_shards(shards, args.listen, clients, shutdown.clone(), move |addr| {
         let server = format!("{scheme}://{addr}");
         if let Some(dir) = kubeconfig.parent().filter(|d| !d.as_os_str().is_empty()) {

@@ -227,6 +227,13 @@ impl Storage {
         Ok(resp.header().map_or(0, |h| h.revision() as u64))
     }
 
+    /// How many keys start with `prefix`, now (a count-only range: no values are sent).
+    pub async fn count_prefix(&self, prefix: &[u8]) -> Result<u64> {
+        let end = shardplane_keyspace::etcd_layout::prefix_end(prefix);
+        let resp = self.client.kv_client().get(prefix, Some(GetOptions::new().with_range(end).with_count_only())).await?;
+        Ok(resp.count().max(0) as u64)
+    }
+
     /// Reads one key at the current revision; also returns that revision.
     pub async fn get(&self, key: &[u8]) -> Result<(Option<Kv>, u64)> {
         let resp = self.client.kv_client().get(key, None).await?;

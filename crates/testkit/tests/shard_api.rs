@@ -646,7 +646,9 @@ async fn periodic_compaction_compacts_etcd_history() {
 async fn requests_past_the_inflight_bound_get_429_and_watches_are_exempt() {
     let etcd = Etcd::start().await;
     let mut cfg = test_config(&etcd, RangeSet::full());
-    cfg.max_requests_inflight = 1;
+    // The plain bound of priority and fairness turned off (upstream's `--max-requests-inflight`).
+    cfg.flow_control.enable_priority_and_fairness = false;
+    cfg.flow_control.max_requests_inflight = 1;
     let s = TestShard::start_shard(cfg).await; // the bound belongs to a shard process
     // A watch holds no permit.
     let _w = s.watch(&"/api/v1/configmaps?watch=1&resourceVersion=0".to_string()).await;
