@@ -3,8 +3,9 @@
 //! caller: **A** with `--enable-priority-and-fairness=false` (the two in-flight bounds alone),
 //! **B** as `shard-router` runs by default (every request classified by the FlowSchemas, given
 //! its seats through its level's queues at the router and again at the shard). The same rounds
-//! go to both, alternating, as the `access` scenario runs them; the load stays well inside the
-//! seats (64 in flight of 600), so what is measured is classification and queueing, not
+//! go to both, alternating, as the `access` scenario runs them. The load stays inside the seats
+//! (32 requests in flight; `global-default`, where an anonymous caller goes, has 49 of the 600
+//! seats and may borrow 25 more), so what is measured is classification and queueing, not
 //! waiting.
 
 use crate::access::{compare, Compared, Side, NS};

@@ -5,13 +5,19 @@
 //! front-proxy headers; the router's own requests name none and are exempt, as upstream's
 //! loopback client is. A list's width is counted from this shard's watch cache.
 //!
-//! The shard also keeps the `Dangling` condition of the FlowSchemas in its ranges (upstream's
-//! configuration controller does it for all of them), written with a compare-and-swap; a lost
-//! race is retried at the next change, which the winning write is.
+//! The shard also keeps, for the objects in its ranges, what upstream's configuration
+//! controller and config-producer keep for all of them: the `Dangling` condition of each
+//! FlowSchema, and the objects it manages (`apf.kubernetes.io/autoupdate-spec: "true"`, and the
+//! mandatory `exempt` and `catch-all` always): a missing mandatory object is created again, a
+//! managed spec that differs from upstream's is put back (the exempt level's
+//! `nominalConcurrencyShares` and `lendablePercent` excepted, which operators may tune), and a
+//! managed object that is not one of upstream's is deleted. Every write is a compare-and-swap; a
+//! lost race is retried at the next change, which the winning write is.
 
 use crate::shard::Shard;
 use crate::write::stored_bytes;
 use serde_json::Value;
+use shardplane_apimachinery::kind_rules::flowcontrol as bootstrap;
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_flowcontrol::follow::{self, GROUP, KINDS};
 use shardplane_flowcontrol::{status, Gate, StoredCount, Unnamed};
@@ -29,8 +35,8 @@ pub fn start(shard: &Arc<Shard>, seats: u32) -> Arc<Gate> {
     gate
 }
 
-/// Sets the Dangling condition of every FlowSchema this shard owns, at every change of either
-/// kind, until the shard shuts down.
+/// Keeps the managed objects and sets the Dangling condition of every FlowSchema this shard
+/// owns, at every change of either kind, until the shard shuts down.
 async fn keep_dangling(shard: Arc<Shard>, informers: Arc<Informers>) {
     let info = shard.builtin(GROUP, "flowschemas");
     let mut kinds: Vec<_> = KINDS.iter().map(|(g, p)| informers.subscribe(g, p).expect("followed")).collect();
@@ -38,6 +44,7 @@ async fn keep_dangling(shard: Arc<Shard>, informers: Arc<Informers>) {
         let held: Vec<Arc<Held>> = kinds.iter_mut().map(|k| k.borrow_and_update().clone()).collect();
         if let Some(objects) = follow::objects(&held) {
             let levels: Vec<&str> = objects[0].iter().filter_map(|l| l["metadata"]["name"].as_str()).collect();
+            maintain(&shard, &objects).await;
             let now = shardplane_apimachinery::meta::now_rfc3339();
             for schema in &objects[1] {
                 let name = schema["metadata"]["name"].as_str().unwrap_or("");
@@ -65,4 +72,96 @@ async fn write_dangling(shard: &Shard, info: &ResourceInfo, key: &[u8], levels: 
     let schema: Value = serde_json::from_slice(&kv.value).map_err(|e| e.to_string())?;
     let Some(next) = status::with_dangling(&schema, levels, now) else { return Ok(()) };
     store.update(key, stored_bytes(info, &next), kv.mod_revision).await.map(drop).map_err(|e| e.to_string())
+}
+
+/// The annotation that hands an object's spec to the server.
+const AUTOUPDATE: &str = "apf.kubernetes.io/autoupdate-spec";
+
+/// Upstream's maintenance of the configuration objects this shard owns (see the module doc);
+/// `objects` are the stored levels and schemas.
+async fn maintain(shard: &Shard, objects: &[Vec<Value>]) {
+    for (i, (plural, defaults)) in [("prioritylevelconfigurations", bootstrap::priority_levels()), ("flowschemas", bootstrap::flow_schemas())].into_iter().enumerate() {
+        let info = shard.builtin(GROUP, plural);
+        let name = |o: &Value| o["metadata"]["name"].as_str().unwrap_or("").to_owned();
+        let upstream: Vec<(String, Value)> = defaults
+            .into_iter()
+            .map(|mut o| {
+                shardplane_apimachinery::defaults::set_defaults(&info, &mut o);
+                (name(&o), o)
+            })
+            .collect();
+        // The first two of upstream's are the mandatory ones.
+        for (mandatory, want) in upstream.iter().take(2) {
+            if objects[i].iter().all(|o| name(o) != *mandatory) {
+                if let Err(e) = create_again(shard, &info, want).await {
+                    tracing::warn!(%plural, name = %mandatory, error = %e, "a mandatory flowcontrol object not created again; retried at the next change");
+                }
+            }
+        }
+        for stored in &objects[i] {
+            let n = name(stored);
+            let mandatory = upstream.iter().take(2).any(|(m, _)| *m == n);
+            if !mandatory && stored["metadata"]["annotations"][AUTOUPDATE] != "true" {
+                continue;
+            }
+            let Ok(key) = shard.owned_key(&info, "", &n) else { continue };
+            let written = match upstream.iter().find(|(m, _)| *m == n) {
+                Some((_, want)) => put_back_spec(shard, &info, &key, want).await,
+                None => delete_managed(shard, &info, &key).await,
+            };
+            if let Err(e) = written {
+                tracing::warn!(%plural, name = %n, error = %e, "a managed flowcontrol object not maintained; retried at the next change");
+            }
+        }
+    }
+}
+
+/// The spec `want` should have as stored over `stored`: upstream's, with the exempt level's
+/// tunable fields kept.
+fn managed_spec(stored: &Value, want: &Value) -> Value {
+    let mut spec = want["spec"].clone();
+    if want["spec"]["type"] == "Exempt" {
+        for field in ["nominalConcurrencyShares", "lendablePercent"] {
+            if let Some(v) = stored.pointer(&format!("/spec/exempt/{field}")) {
+                spec["exempt"][field] = v.clone();
+            }
+        }
+    }
+    spec
+}
+
+/// Creates a mandatory object where this shard owns it and it is absent.
+async fn create_again(shard: &Shard, info: &ResourceInfo, want: &Value) -> Result<(), String> {
+    let Ok(key) = shard.owned_key(info, "", want["metadata"]["name"].as_str().unwrap_or("")) else { return Ok(()) };
+    let mut obj = want.clone();
+    shardplane_apimachinery::strategy::prepare_for_create(info, &mut obj);
+    match shard.store(info).create(&key, stored_bytes(info, &obj)).await {
+        Ok(_) | Err(shardplane_storage::StorageError::AlreadyExists) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Puts upstream's spec (and the annotation) back on the object at `key` when they differ.
+async fn put_back_spec(shard: &Shard, info: &ResourceInfo, key: &[u8], want: &Value) -> Result<(), String> {
+    let store = shard.store(info);
+    let (Some(kv), _) = store.get(key).await.map_err(|e| e.to_string())? else { return Ok(()) };
+    let mut obj: Value = serde_json::from_slice(&kv.value).map_err(|e| e.to_string())?;
+    let spec = managed_spec(&obj, want);
+    if obj["spec"] == spec && obj["metadata"]["annotations"][AUTOUPDATE] == "true" {
+        return Ok(());
+    }
+    if obj["spec"] != spec {
+        obj["spec"] = spec;
+        let generation = obj["metadata"]["generation"].as_i64().unwrap_or(1);
+        obj["metadata"]["generation"] = Value::from(generation + 1);
+    }
+    obj["metadata"]["annotations"][AUTOUPDATE] = Value::from("true");
+    store.update(key, stored_bytes(info, &obj), kv.mod_revision).await.map(drop).map_err(|e| e.to_string())
+}
+
+/// Deletes the managed object at `key` that is not one of upstream's.
+async fn delete_managed(shard: &Shard, info: &ResourceInfo, key: &[u8]) -> Result<(), String> {
+    let store = shard.store(info);
+    let (Some(kv), _) = store.get(key).await.map_err(|e| e.to_string())? else { return Ok(()) };
+    store.delete(key, kv.mod_revision).await.map(drop).map_err(|e| e.to_string())
 }

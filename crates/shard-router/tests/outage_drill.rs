@@ -255,6 +255,12 @@ async fn drill(apf: bool) -> Report {
         let ops: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(ops["items"].as_array().unwrap().len(), admin_created.len());
         assert_eq!(c.call("admin-token", reqwest::Method::GET, "/apis/apps/v1/namespaces/noise/deployments/offender", None).await.unwrap().0, 404, "the offending Deployment is gone");
+        // The router counted the flood where operators look, with upstream's names.
+        let (_, _, metrics) = c.call("admin-token", reqwest::Method::GET, "/metrics", None).await.unwrap();
+        let metrics = String::from_utf8_lossy(&metrics);
+        for family in ["apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"global-default\",priority_level=\"global-default\"}", "apiserver_flowcontrol_dispatched_requests_total{flow_schema=\"exempt\",priority_level=\"exempt\"}", "apiserver_flowcontrol_request_wait_duration_seconds_bucket", "apiserver_flowcontrol_nominal_limit_seats{priority_level=\"global-default\"} 3"] {
+            assert!(metrics.contains(family), "no {family} in the router's metrics");
+        }
     }
     let max_rss_mib = (*max_rss.lock().unwrap()).max(c.pids.iter().map(|p| rss_mib(*p)).max().unwrap_or(0));
     Report { admin, admin_refused, noisy_done, quiet_done, refused_429: refused.load(Ordering::Relaxed), max_rss_mib }

@@ -1033,3 +1033,36 @@ async fn the_objects_kube_apiserver_creates_at_start_are_there() {
 
 /// A PEM certificate request (an EC P-256 key, CN e2e-user), base64 as the API carries it.
 const CSR_REQUEST: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURSBSRVFVRVNULS0tLS0KTUlITk1IVUNBUUF3RXpFUk1BOEdBMVVFQXd3SVpUSmxMWFZ6WlhJd1dUQVRCZ2NxaGtqT1BRSUJCZ2dxaGtqTwpQUU1CQndOQ0FBUkNZRXRpUHpXOTcwZFlFWmRzRWhzcEJrTlpOVDJSL1JxYy9xNHZzZVJRU0pQYzFKSGNVanlNCjNBYlZHTU5ydHRqOGR2WnVIZ2tGWnlEY2cwZnR4dHo4b0FBd0NnWUlLb1pJemowRUF3SURTQUF3UlFJZ0o2L1oKZmZ6TFk0UU42YnFtUXNQWDBvRnVtMTExQmVrZnRRbGhLaHVzckVjQ0lRREVod1o2bytobThtK2VVaTdJSHJBVAp6ZGhTVDZBV1dGcnhxOUJPM05JclJ3PT0KLS0tLS1FTkQgQ0VSVElGSUNBVEUgUkVRVUVTVC0tLS0tCg==";
+
+const PLS: &str = "/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations";
+const FSS: &str = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas";
+
+#[tokio::test]
+async fn the_mandatory_and_managed_flowcontrol_objects_are_kept_as_upstream_keeps_them() {
+    let (_etcd, s) = setup().await;
+    wait_for(T, || async { s.get(&format!("{PLS}/catch-all")).await.0 == 200 && s.get(&format!("{FSS}/catch-all")).await.0 == 200 && s.get(&format!("{PLS}/exempt")).await.0 == 200 }).await;
+    // The exempt level's shares are the operator's to tune.
+    let (_, mut exempt) = s.get(&format!("{PLS}/exempt")).await;
+    exempt["spec"]["exempt"]["nominalConcurrencyShares"] = json!(7);
+    assert_eq!(s.put(&format!("{PLS}/exempt"), &exempt).await.0, 200);
+    // The rest of a mandatory spec is put back.
+    let (_, mut catch_all) = s.get(&format!("{PLS}/catch-all")).await;
+    let shares = catch_all["spec"]["limited"]["nominalConcurrencyShares"].clone();
+    catch_all["spec"]["limited"]["nominalConcurrencyShares"] = json!(99);
+    assert_eq!(s.put(&format!("{PLS}/catch-all"), &catch_all).await.0, 200);
+    wait_for(T, || async { s.get(&format!("{PLS}/catch-all")).await.1["spec"]["limited"]["nominalConcurrencyShares"] == shares }).await;
+    assert_eq!(s.get(&format!("{PLS}/exempt")).await.1["spec"]["exempt"]["nominalConcurrencyShares"], 7);
+    // A deleted mandatory object comes back.
+    assert_eq!(s.delete(&format!("{FSS}/catch-all"), None).await.0, 200);
+    wait_for(T, || async { s.get(&format!("{FSS}/catch-all")).await.0 == 200 }).await;
+    // An object handed to the server that is not one of upstream's is deleted; one not handed
+    // over stays, and is marked Dangling while its level is missing.
+    let schema = |name: &str, managed: bool| json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+        "metadata": {"name": name, "annotations": {"apf.kubernetes.io/autoupdate-spec": managed.to_string()}},
+        "spec": {"priorityLevelConfiguration": {"name": "nowhere"}, "matchingPrecedence": 5000}});
+    assert_eq!(s.post(FSS, &schema("managed", true)).await.0, 201);
+    assert_eq!(s.post(FSS, &schema("mine", false)).await.0, 201);
+    wait_for(T, || async { s.get(&format!("{FSS}/managed")).await.0 == 404 }).await;
+    wait_for(T, || async { s.get(&format!("{FSS}/mine")).await.1["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Dangling" && c["status"] == "True")) }).await;
+    assert_eq!(s.get(&format!("{FSS}/mine")).await.0, 200);
+}

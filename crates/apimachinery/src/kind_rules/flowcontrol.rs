@@ -2,9 +2,9 @@
 //! suggested PriorityLevelConfigurations and FlowSchemas kube-apiserver 1.33 creates at start
 //! (its `bootstrap` package), each marked for automatic update as upstream marks them, and
 //! upstream's validation of both kinds (precedences, subjects, rules, levels' shares and
-//! queues). Stored and served here; issue #20 enforces them. Upstream also requires the
-//! mandatory objects' specs to equal their fixed values; that rule is left to #20, which owns
-//! what those objects mean.
+//! queues). Stored and served here; `shardplane-flowcontrol` enforces them (RFC 0013), and the
+//! shards keep the mandatory and managed objects' specs at these values as upstream's
+//! config-producer does (`shards/src/flow_control.rs`).
 
 use super::errors::{forbidden, go_strings, invalid, invalid_shown, not_supported, required};
 use super::fields::{check, items, s, strings};
