@@ -15,7 +15,6 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Response};
 use axum::middleware::Next;
-use futures::StreamExt;
 use shardplane_apimachinery::ApiError;
 use shardplane_identity::rbac::{request::attributes, Attributes};
 use shardplane_identity::user::UserInfo;
@@ -365,11 +364,32 @@ pub async fn gate(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Re
     }
     // The seats stay taken until the body has been sent (or dropped).
     let (parts, body) = resp.into_parts();
-    let held = body.into_data_stream().map(move |chunk| {
-        let _ = &admission;
-        chunk
-    });
-    Response::from_parts(parts, Body::from_stream(held))
+    Response::from_parts(parts, Body::new(HeldBody { inner: body, _admission: admission }))
+}
+
+/// A response body that holds its request's seats until it is sent or dropped. Its size hint
+/// and end are the inner body's, so an answer keeps its `Content-Length` (a stream would turn it
+/// into chunked encoding).
+struct HeldBody {
+    inner: Body,
+    _admission: Admission,
+}
+
+impl axum::body::HttpBody for HeldBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 #[cfg(test)]
@@ -478,5 +498,27 @@ mod tests {
         assert!(tokio::task::unconstrained(g.admit(&u, &get)).now_or_never().is_some_and(|r| r.is_ok()));
         // global-default's 10 guaranteed seats and the 140 every level lends.
         assert_eq!(seats_held, 150);
+    }
+
+    #[tokio::test]
+    async fn an_answer_keeps_its_length_and_its_seat_until_its_body_is_read() {
+        use axum::body::HttpBody;
+        use tower::ServiceExt;
+        let g = gate(245);
+        let app = axum::Router::new()
+            .route("/api/v1/namespaces/a/configmaps/c", axum::routing::get(|| async { "0123456789" }))
+            .layer(axum::middleware::from_fn_with_state(g.clone(), super::gate))
+            .layer(axum::middleware::from_fn(|mut req: Request, next: Next| async move {
+                req.extensions_mut().insert(user("u", &["system:authenticated"]));
+                next.run(req).await
+            }));
+        let resp = app.oneshot(Request::builder().uri("/api/v1/namespaces/a/configmaps/c").body(Body::empty()).unwrap()).await.unwrap();
+        assert!(resp.headers().contains_key(FLOW_SCHEMA_UID_HEADER) && resp.headers().contains_key(PRIORITY_LEVEL_UID_HEADER));
+        assert_eq!(resp.body().size_hint().exact(), Some(10), "the answer's length is known (Content-Length, not chunked)");
+        let executing = || g.lock().running.len();
+        assert_eq!(executing(), 1, "the seat is held while the body is unsent");
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        assert_eq!(&body[..], b"0123456789");
+        assert_eq!(executing(), 0, "the seat is given back once the body is sent");
     }
 }
