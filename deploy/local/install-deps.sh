@@ -50,7 +50,9 @@ PIN
   dpkg -x "$tmp"/etcd-server_*.deb "$tools/etcd"
   rm -rf "$tmp"
 fi
-"$etcd_bin" --version | head -1
+# The first line only, read to the end (`head -1` would close the pipe early: etcd then dies of
+# SIGPIPE, and under pipefail so does this script).
+"$etcd_bin" --version | sed -n 1p
 
 if [ ! -x /usr/lib/go-1.24/bin/go ] || [ ! -d /usr/share/gocode/src/k8s.io/client-go ]; then
   apt_update_once

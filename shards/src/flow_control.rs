@@ -17,7 +17,7 @@
 use crate::shard::Shard;
 use crate::write::stored_bytes;
 use serde_json::Value;
-use shardplane_apimachinery::kind_rules::flowcontrol as bootstrap;
+use shardplane_apimachinery::kind_rules::flowcontrol::{self as bootstrap, AUTOUPDATE};
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_flowcontrol::follow::{self, GROUP, KINDS};
 use shardplane_flowcontrol::{status, Gate, StoredCount, Unnamed};
@@ -31,13 +31,13 @@ pub fn start(shard: &Arc<Shard>, seats: u32) -> Arc<Gate> {
     let gate = Gate::new(seats, Unnamed::Exempt, stored, shard.metrics.registry());
     let store_of = |g: &str, p: &str| shard.store(&shard.builtin(g, p)).clone();
     let informers = follow::follow(gate.clone(), store_of, &shard.shutdown);
-    tokio::spawn(keep_dangling(shard.clone(), informers));
+    tokio::spawn(keep_configuration(shard.clone(), informers));
     gate
 }
 
 /// Keeps the managed objects and sets the Dangling condition of every FlowSchema this shard
 /// owns, at every change of either kind, until the shard shuts down.
-async fn keep_dangling(shard: Arc<Shard>, informers: Arc<Informers>) {
+async fn keep_configuration(shard: Arc<Shard>, informers: Arc<Informers>) {
     let info = shard.builtin(GROUP, "flowschemas");
     let mut kinds: Vec<_> = KINDS.iter().map(|(g, p)| informers.subscribe(g, p).expect("followed")).collect();
     loop {
@@ -73,9 +73,6 @@ async fn write_dangling(shard: &Shard, info: &ResourceInfo, key: &[u8], levels: 
     let Some(next) = status::with_dangling(&schema, levels, now) else { return Ok(()) };
     store.update(key, stored_bytes(info, &next), kv.mod_revision).await.map(drop).map_err(|e| e.to_string())
 }
-
-/// The annotation that hands an object's spec to the server.
-const AUTOUPDATE: &str = "apf.kubernetes.io/autoupdate-spec";
 
 /// Upstream's maintenance of the configuration objects this shard owns (see the module doc);
 /// `objects` are the stored levels and schemas.

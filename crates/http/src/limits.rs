@@ -1,4 +1,5 @@
-//! In-flight bounds (upstream's `--max-requests-inflight` and `--max-mutating-requests-inflight`).
+//! In-flight bounds (upstream's `--max-requests-inflight` and `--max-mutating-requests-inflight`),
+//! in force when priority and fairness is off (`--enable-priority-and-fairness=false`, RFC 0013).
 //! Past them a request gets 429 with Retry-After, as upstream; watches are long-running and
 //! exempt (each is bounded by its own buffers).
 

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use shardplane_testkit::*;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Clients of the noisy user, and of the quiet one.
@@ -196,8 +196,8 @@ async fn drill(apf: bool) -> Report {
         .chain((0..QUIET).map(|i| tokio::spawn(flood(c.clone(), "quiet-token", format!("quiet-{i}"), stop.clone(), refused.clone()))))
         .collect();
     // The flood builds up before the admin steps in.
-    let max_rss = Arc::new(Mutex::new(0u64));
-    wait_for(Duration::from_secs(30), || async { refused.load(Ordering::Relaxed) > 0 || admin_sees_queues(&c, apf).await }).await;
+    let mut max_rss = 0u64;
+    wait_for(Duration::from_secs(30), || async { refused.load(Ordering::Relaxed) > 0 || flood_is_queued(&c, apf).await }).await;
     let started = Instant::now();
     let (mut admin, mut admin_refused, mut round) = (Vec::new(), 0, 0);
     let mut deleted = false;
@@ -229,9 +229,7 @@ async fn drill(apf: bool) -> Report {
                 _ => admin_refused += 1,
             }
         }
-        let mut m = max_rss.lock().unwrap();
-        *m = (*m).max(c.pids.iter().map(|p| rss_mib(*p)).max().unwrap_or(0));
-        drop(m);
+        max_rss = max_rss.max(c.pids.iter().map(|p| rss_mib(*p)).max().unwrap_or(0));
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     stop.store(true, Ordering::Relaxed);
@@ -262,13 +260,13 @@ async fn drill(apf: bool) -> Report {
             assert!(metrics.contains(family), "no {family} in the router's metrics");
         }
     }
-    let max_rss_mib = (*max_rss.lock().unwrap()).max(c.pids.iter().map(|p| rss_mib(*p)).max().unwrap_or(0));
+    let max_rss_mib = max_rss.max(c.pids.iter().map(|p| rss_mib(*p)).max().unwrap_or(0));
     Report { admin, admin_refused, noisy_done, quiet_done, refused_429: refused.load(Ordering::Relaxed), max_rss_mib }
 }
 
-/// Whether the flood has filled the seats: with priority and fairness, the router's dump shows
-/// requests waiting; without, some client has been refused (checked by the caller).
-async fn admin_sees_queues(c: &Cluster, apf: bool) -> bool {
+/// Whether the flood has filled the seats, as the router's dump shows it with priority and
+/// fairness (without it, the caller waits for a refusal instead).
+async fn flood_is_queued(c: &Cluster, apf: bool) -> bool {
     if !apf {
         return false;
     }

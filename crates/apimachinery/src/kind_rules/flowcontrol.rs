@@ -13,7 +13,8 @@ use crate::status::{cause, StatusCause};
 use serde_json::{json, Value};
 
 const API_VERSION: &str = "flowcontrol.apiserver.k8s.io/v1";
-const AUTOUPDATE: &str = "apf.kubernetes.io/autoupdate-spec";
+/// The annotation that hands an object's spec to the server, which keeps it at upstream's.
+pub const AUTOUPDATE: &str = "apf.kubernetes.io/autoupdate-spec";
 
 fn meta(name: &str) -> Value {
     json!({"name": name, "annotations": {AUTOUPDATE: "true"}})
