@@ -125,8 +125,14 @@ async fn start_sides(ctx: &Ctx, k: u32) -> [Side; 2] {
     [Side { topology: plain, client: plain_client, token: None, _etcd: plain_etcd }, Side { topology: secure, client: token_client, token: Some(TOKEN), _etcd: secure_etcd }]
 }
 
+/// The sizes of a side-by-side comparison: requests per operation, LISTs, rounds per side and
+/// shards (tiny in a smoke run).
+pub fn sizes(ctx: &Ctx) -> (usize, usize, usize, u32) {
+    if ctx.smoke { (50, 3, 1, 2) } else { (5_000, 20, 8, 2) }
+}
+
 pub async fn run(ctx: &Ctx) -> Section {
-    let (n, lists, rounds, k) = if ctx.smoke { (50, 3, 1, 2) } else { (5_000, 20, 8, 2) };
+    let (n, lists, rounds, k) = sizes(ctx);
     let sides = start_sides(ctx, k).await;
     let compared = Compared {
         title: "identity and access cost",

@@ -15,7 +15,7 @@ use crate::Ctx;
 use serde_json::json;
 
 pub async fn run(ctx: &Ctx) -> Section {
-    let (n, lists, rounds, k) = if ctx.smoke { (50, 3, 1, 2) } else { (5_000, 20, 8, 2) };
+    let (n, lists, rounds, k) = crate::access::sizes(ctx);
     let client = shardplane_http::outbound::client_builder().pool_max_idle_per_host(1024).http1_only().build().expect("client");
     let mut sides = Vec::new();
     for flags in [&["--enable-priority-and-fairness=false"][..], &[][..]] {

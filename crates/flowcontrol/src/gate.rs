@@ -343,8 +343,11 @@ pub async fn gate(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Re
         (None, Unnamed::Anonymous) => shardplane_identity::authn::anonymous(),
         (None, Unnamed::Exempt) => return next.run(req).await,
     };
-    let query = shardplane_http::query::Query::parse(req.uri().query().unwrap_or(""));
-    let watch = query.is_watch();
+    // The prologue has parsed the query already; a route outside it (tests) is parsed here.
+    let watch = match shardplane_http::request::read_by_prologue(req.extensions()) {
+        Some((_, watch)) => watch,
+        None => shardplane_http::query::Query::parse(req.uri().query().unwrap_or("")).is_watch(),
+    };
     let attrs = attributes(req.method().as_str(), req.uri().path(), watch, "");
     let admission = match gate.admit(&user, &attrs).await {
         Ok(a) => a,
