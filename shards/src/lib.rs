@@ -18,6 +18,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod crds;
 mod flow_control;
+mod garbage_collector;
 pub mod informer;
 pub mod rbac_aggregation;
 mod kubelet;

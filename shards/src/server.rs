@@ -35,7 +35,8 @@ pub struct ShardConfig {
     pub cache: CacheConfig,
     pub compaction_interval: Option<Duration>,
     pub bookmark_interval: Duration,
-    /// How often Terminating namespaces and CRDs being deleted are cleaned up.
+    /// How often Terminating namespaces and CRDs being deleted are cleaned up, and how often
+    /// the garbage collector passes (RFC 0014).
     pub namespace_sweep: Duration,
     /// A watch without `timeoutSeconds` runs a random time between this and twice this
     /// (upstream `--min-request-timeout`).
@@ -74,6 +75,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     }
     tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::crds::run_cleanup(shard.clone(), config.namespace_sweep));
+    tokio::spawn(crate::garbage_collector::run(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::bootstrap::bootstrap(shard.clone()));
     tokio::spawn(crate::rbac_aggregation::run(shard.clone()));
     let shard_for_members = shard.clone();

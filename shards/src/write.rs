@@ -14,6 +14,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Value};
 use shardplane_apimachinery::encode;
+use shardplane_apimachinery::delete_options;
 use shardplane_apimachinery::list_options::ListOptions;
 use shardplane_apimachinery::meta;
 use shardplane_apimachinery::strategy::{self, Subresource};
@@ -428,7 +429,9 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
         source = Source::Etcd;
     }
     // Typed as upstream decodes DeleteOptions: a field of the wrong type or range is a 400.
-    let grace = shardplane_apimachinery::delete_options::parse(&opts, form_value(query, "gracePeriodSeconds").as_deref())?.grace_period_seconds;
+    let (grace_q, policy_q, orphan_q) = (form_value(query, "gracePeriodSeconds"), form_value(query, "propagationPolicy"), form_value(query, "orphanDependents"));
+    let parsed = delete_options::parse(&opts, delete_options::QueryOptions { grace_period_seconds: grace_q.as_deref(), propagation_policy: policy_q.as_deref(), orphan_dependents: orphan_q.as_deref() })?;
+    let grace = parsed.grace_period_seconds;
     shardplane_apimachinery::admission::validate_delete(info, name)?;
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(info, &ns, name)?;
@@ -445,19 +448,35 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
         let is_namespace = info.plural == "namespaces" && info.group.is_empty();
         let graceful_pod = info.plural == "pods" && info.group.is_empty() && old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) && grace != Some(0);
         let is_crd = shardplane_apimachinery::kind_rules::is_crd(info);
-        if is_namespace || is_crd || meta::has_finalizers(&old) || graceful_pod {
+        // The garbage collector's finalizers the options ask for (RFC 0014).
+        let existing: Vec<String> = old.pointer("/metadata/finalizers").and_then(Value::as_array).map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+        let gc_finalizers = delete_options::finalizers_for_deletion(&parsed, &existing);
+        let finalized_later = gc_finalizers.as_ref().map_or(!existing.is_empty(), |f| !f.is_empty());
+        if is_namespace || is_crd || finalized_later || graceful_pod {
             // Mark for deletion; finalizers (or the namespace controller, or a kubelet) finish it.
-            if old.pointer("/metadata/deletionTimestamp").is_some() {
+            let marked = old.pointer("/metadata/deletionTimestamp").is_some();
+            if marked && gc_finalizers.is_none() {
                 return respond(StatusCode::OK, old, None);
             }
             let mut new = old.clone();
             let m = meta::metadata_mut(&mut new);
-            m.insert("deletionTimestamp".into(), Value::String(meta::now_rfc3339()));
-            m.insert("deletionGracePeriodSeconds".into(), json!(if graceful_pod { grace.unwrap_or(30) } else { 0 }));
+            if let Some(f) = gc_finalizers {
+                if f.is_empty() {
+                    m.remove("finalizers");
+                } else {
+                    m.insert("finalizers".into(), json!(f));
+                }
+            }
+            if !marked {
+                m.insert("deletionTimestamp".into(), Value::String(meta::now_rfc3339()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(if graceful_pod { grace.unwrap_or(30) } else { 0 }));
+            }
             if is_namespace {
                 new["status"]["phase"] = "Terminating".into();
             }
-            crate::crds::mark_deleting(info, &mut new);
+            if !marked {
+                crate::crds::mark_deleting(info, &mut new);
+            }
             if dry {
                 return respond(StatusCode::OK, new, None);
             }

@@ -1,0 +1,363 @@
+//! The garbage collector (RFC 0014): what upstream's controller-manager does with
+//! `ownerReferences`, done by every shard for the objects in its own ranges.
+//!
+//! Each pass does two duties, both from the shard's caches plus the store:
+//! - **As dependents' shard**: for every cached object with owner references, each owner is
+//!   looked up by its key in the store (an owner usually hashes to another shard) and
+//!   classified as upstream's collector does: *dangling* (no object, or another uid), *waiting*
+//!   (being deleted in the foreground) or *solid*. With a solid owner, the dangling and waiting
+//!   references are removed; with none, the object is deleted (in the foreground when an owner
+//!   waits for it, so that its own dependents go first).
+//! - **As owners' shard**: an object of its ranges being deleted with the `orphan` finalizer has
+//!   the references to it removed from every dependent; with `foregroundDeletion`, its
+//!   dependents are deleted. Dependents live on every shard, so the store is read across the
+//!   whole hash space at one revision, once per pass and only while such an owner exists here.
+//!   The finalizer goes once no dependent refers to it (orphan) or none blocks it (foreground).
+//!
+//! Every write is a compare-and-swap on the object's own key, so a pass that races a client, a
+//! range move or another shard's pass loses the CAS and looks again next pass; nothing is kept
+//! in memory between passes, so a crashed or moved shard leaves nothing to repair but what the
+//! next owner of the range does on its first pass.
+//!
+//! It never deletes an object one of whose owners exists and is not itself being deleted in
+//! the foreground, and never removes a GC finalizer while a dependent it waits for exists at
+//! the revision it read.
+
+use crate::shard::Shard;
+use serde_json::{json, Value};
+use shardplane_apimachinery::delete_options::{FOREGROUND_FINALIZER, ORPHAN_FINALIZER};
+use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::{encode, meta};
+use shardplane_keyspace::{etcd_layout, HashRange};
+use shardplane_storage::{Kv, StorageError};
+use shardplane_watchcache::Filter;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::Instrument;
+
+/// How many objects a page of the owners' cross-shard read holds.
+const PAGE: i64 = 500;
+
+/// Runs passes every `period` until shutdown.
+pub async fn run(shard: Arc<Shard>, period: Duration) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shard.shutdown.cancelled() => return,
+        }
+        if !shard.ready() {
+            continue;
+        }
+        let span = tracing::debug_span!("garbage_collection", shard = %shard.id);
+        async {
+            if let Err(e) = collect_dependents(&shard).await {
+                tracing::warn!(error = %e, "garbage collection of dependents failed; next pass retries");
+            }
+            if let Err(e) = finish_owners(&shard).await {
+                tracing::warn!(error = %e, "garbage collection for owners being deleted failed; next pass retries");
+            }
+        }
+        .instrument(span)
+        .await;
+    }
+}
+
+/// One `ownerReferences` entry, as the collector reads it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct OwnerRef {
+    api_version: String,
+    kind: String,
+    name: String,
+    uid: String,
+    block: bool,
+}
+
+fn owner_refs(obj: &Value) -> Vec<OwnerRef> {
+    let Some(refs) = obj.pointer("/metadata/ownerReferences").and_then(Value::as_array) else { return vec![] };
+    refs.iter()
+        .map(|r| OwnerRef {
+            api_version: r["apiVersion"].as_str().unwrap_or("").to_owned(),
+            kind: r["kind"].as_str().unwrap_or("").to_owned(),
+            name: r["name"].as_str().unwrap_or("").to_owned(),
+            uid: r["uid"].as_str().unwrap_or("").to_owned(),
+            block: r["blockOwnerDeletion"].as_bool().unwrap_or(false),
+        })
+        .collect()
+}
+
+/// What an owner reference points at now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OwnerState {
+    /// No such object, or one with another uid.
+    Dangling,
+    /// Being deleted with `foregroundDeletion`: it waits for its dependents.
+    Waiting,
+    /// Exists (being orphaned or deleted otherwise counts: its own shard handles that).
+    Solid,
+    /// The kind is not served, or a cluster-scoped object names a namespaced owner: upstream
+    /// leaves such an object alone.
+    Unresolvable,
+}
+
+fn finalizers(obj: &Value) -> Vec<&str> {
+    obj.pointer("/metadata/finalizers").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
+fn being_deleted(obj: &Value) -> bool {
+    obj.pointer("/metadata/deletionTimestamp").is_some()
+}
+
+/// The served resource an owner reference's apiVersion and kind name.
+fn resolve(resources: &[Arc<ResourceInfo>], r: &OwnerRef) -> Option<Arc<ResourceInfo>> {
+    let (group, version) = r.api_version.rsplit_once('/').unwrap_or(("", &r.api_version));
+    resources.iter().find(|i| i.kind == r.kind && i.group == group && i.version == version).or_else(|| resources.iter().find(|i| i.kind == r.kind && i.group == group)).cloned()
+}
+
+/// Reads the state of the owner `r` of an object in `namespace` (owners are in the dependent's
+/// namespace, or cluster-scoped).
+async fn owner_state(shard: &Shard, resources: &[Arc<ResourceInfo>], namespace: &str, r: &OwnerRef) -> Result<OwnerState, StorageError> {
+    let Some(info) = resolve(resources, r) else { return Ok(OwnerState::Unresolvable) };
+    if info.namespaced && namespace.is_empty() {
+        return Ok(OwnerState::Unresolvable);
+    }
+    let ns = if info.namespaced { namespace } else { "" };
+    let (kv, _) = shard.store(&info).get(&Shard::any_key(&info, ns, &r.name)).await?;
+    let Some(kv) = kv else { return Ok(OwnerState::Dangling) };
+    let Ok(owner) = serde_json::from_slice::<Value>(&kv.value) else { return Ok(OwnerState::Solid) };
+    Ok(if meta::meta_str(&owner, "uid") != r.uid {
+        OwnerState::Dangling
+    } else if being_deleted(&owner) && finalizers(&owner).contains(&FOREGROUND_FINALIZER) {
+        OwnerState::Waiting
+    } else {
+        OwnerState::Solid
+    })
+}
+
+/// The dependents' duty over every cached object of this shard with owner references.
+async fn collect_dependents(shard: &Shard) -> Result<(), String> {
+    let resources = shard.resources();
+    // Owners are read once per pass, however many dependents share them.
+    let mut states: BTreeMap<(String, OwnerRef), OwnerState> = BTreeMap::new();
+    for served in shard.all_served() {
+        let Ok(page) = served.cache.list(None, &Filter::default(), None, None, false) else { continue };
+        for cached in page.items {
+            if memchr::memmem::find(&cached.bytes, b"\"ownerReferences\"").is_none() {
+                continue;
+            }
+            let Ok(obj) = serde_json::from_slice::<Value>(&cached.bytes) else { continue };
+            let refs = owner_refs(&obj);
+            if refs.is_empty() {
+                continue;
+            }
+            let ns = cached.namespace().to_owned();
+            let mut classified = Vec::with_capacity(refs.len());
+            for r in &refs {
+                let id = (ns.clone(), r.clone());
+                let state = match states.get(&id) {
+                    Some(s) => *s,
+                    None => {
+                        let s = owner_state(shard, &resources, &ns, r).await.map_err(|e| e.to_string())?;
+                        states.insert(id, s);
+                        s
+                    }
+                };
+                classified.push((r, state));
+            }
+            if let Err(e) = settle(shard, &served.info, &ns, cached.name(), &obj, &classified).await {
+                tracing::debug!(resource = %served.info.plural, namespace = %ns, name = cached.name(), error = %e, "dependent not settled this pass");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Acts on one dependent whose owners are classified, as upstream's `attemptToDeleteItem`.
+async fn settle(shard: &Shard, info: &ResourceInfo, ns: &str, name: &str, obj: &Value, owners: &[(&OwnerRef, OwnerState)]) -> Result<(), StorageError> {
+    let solid = owners.iter().any(|(_, s)| matches!(s, OwnerState::Solid | OwnerState::Unresolvable));
+    let uid = meta::meta_str(obj, "uid").to_owned();
+    let key = Shard::any_key(info, ns, name);
+    if solid {
+        let gone: BTreeSet<&str> = owners.iter().filter(|(_, s)| matches!(s, OwnerState::Dangling | OwnerState::Waiting)).map(|(r, _)| r.uid.as_str()).collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        return edit(shard, info, &key, &uid, |o| remove_refs(o, &gone)).await;
+    }
+    if being_deleted(obj) && !finalizers(obj).contains(&ORPHAN_FINALIZER) {
+        // Already going (its own finalizers, or a foreground deletion under way).
+        return Ok(());
+    }
+    let waiting = owners.iter().any(|(r, s)| *s == OwnerState::Waiting && r.block);
+    delete_dependent(shard, info, &key, &uid, waiting).await
+}
+
+/// Deletes a dependent by compare-and-swap, as a DELETE with preconditions on its uid would:
+/// in the foreground (marked with `foregroundDeletion`) when `foreground`, marked for
+/// deletion when it has finalizers or is a pod on a node (its kubelet finishes it), else gone.
+async fn delete_dependent(shard: &Shard, info: &ResourceInfo, key: &[u8], uid: &str, foreground: bool) -> Result<(), StorageError> {
+    let store = shard.store(info);
+    let (Some(kv), _) = store.get(key).await? else { return Ok(()) };
+    let Ok(mut obj) = serde_json::from_slice::<Value>(&kv.value) else { return Ok(()) };
+    if meta::meta_str(&obj, "uid") != uid || being_deleted(&obj) {
+        return Ok(());
+    }
+    let on_node = info.group.is_empty() && info.plural == "pods" && obj.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    if foreground || meta::has_finalizers(&obj) || on_node {
+        let grace = obj.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(30);
+        let m = meta::metadata_mut(&mut obj);
+        m.insert("deletionTimestamp".into(), Value::String(meta::now_rfc3339()));
+        m.insert("deletionGracePeriodSeconds".into(), json!(if on_node { grace } else { 0 }));
+        if foreground {
+            let list = m.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(list) = list.as_array_mut() {
+                list.push(json!(FOREGROUND_FINALIZER));
+            }
+        }
+        return cas(store.update(key, encode::object_bytes(&obj), kv.mod_revision).await.map(|_| ()));
+    }
+    cas(store.delete(key, kv.mod_revision).await.map(|_| ()))
+}
+
+/// A lost compare-and-swap is the next pass's to look at again.
+fn cas(r: Result<(), StorageError>) -> Result<(), StorageError> {
+    match r {
+        Err(StorageError::Conflict { .. }) => Ok(()),
+        other => other,
+    }
+}
+
+/// Rewrites the object at `key` (if it still has `uid`) with `change`, by compare-and-swap;
+/// `change` returns false when there is nothing to write.
+async fn edit(shard: &Shard, info: &ResourceInfo, key: &[u8], uid: &str, change: impl Fn(&mut Value) -> bool) -> Result<(), StorageError> {
+    let store = shard.store(info);
+    let (Some(kv), _) = store.get(key).await? else { return Ok(()) };
+    let Ok(mut obj) = serde_json::from_slice::<Value>(&kv.value) else { return Ok(()) };
+    if meta::meta_str(&obj, "uid") != uid || !change(&mut obj) {
+        return Ok(());
+    }
+    cas(store.update(key, encode::object_bytes(&obj), kv.mod_revision).await.map(|_| ()))
+}
+
+/// Removes the owner references with one of `uids`; the list goes when it is left empty.
+fn remove_refs(obj: &mut Value, uids: &BTreeSet<&str>) -> bool {
+    let m = meta::metadata_mut(obj);
+    let Some(list) = m.get_mut("ownerReferences").and_then(Value::as_array_mut) else { return false };
+    let before = list.len();
+    list.retain(|r| !r["uid"].as_str().is_some_and(|u| uids.contains(u)));
+    let changed = list.len() != before;
+    if list.is_empty() {
+        m.remove("ownerReferences");
+    }
+    changed
+}
+
+/// An owner of this shard's ranges being deleted with a GC finalizer.
+struct Pending {
+    info: Arc<ResourceInfo>,
+    key: Vec<u8>,
+    uid: String,
+    orphan: bool,
+    foreground: bool,
+    /// Dependents that still refer to it (orphan) or block it (foreground), at the read.
+    remaining: usize,
+}
+
+/// The owners' duty: orphans or deletes the dependents of this shard's owners being deleted
+/// with a GC finalizer, then removes the finalizer once none is left.
+async fn finish_owners(shard: &Shard) -> Result<(), String> {
+    let mut pending: BTreeMap<String, Pending> = BTreeMap::new();
+    for served in shard.all_served() {
+        let Ok(page) = served.cache.list(None, &Filter::default(), None, None, false) else { continue };
+        for cached in page.items {
+            let bytes = &cached.bytes;
+            if memchr::memmem::find(bytes, b"\"deletionTimestamp\"").is_none() {
+                continue;
+            }
+            let Ok(obj) = serde_json::from_slice::<Value>(bytes) else { continue };
+            let f = finalizers(&obj);
+            let (orphan, foreground) = (f.contains(&ORPHAN_FINALIZER), f.contains(&FOREGROUND_FINALIZER));
+            if being_deleted(&obj) && (orphan || foreground) {
+                let key = Shard::any_key(&served.info, cached.namespace(), cached.name());
+                pending.insert(cached.uid.to_string(), Pending { info: served.info.clone(), key, uid: cached.uid.to_string(), orphan, foreground, remaining: 0 });
+            }
+        }
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    // Dependents are on every shard: read them all at one revision.
+    let resources = shard.resources();
+    for info in resources.iter() {
+        let (start, end) = etcd_layout::range_keys(info.storage_group(), &info.plural, HashRange::FULL);
+        let store = shard.store(info);
+        // One revision per resource: a page never mixes states.
+        let at = store.current_revision().await.map_err(|e| e.to_string())?;
+        let mut from = start;
+        loop {
+            let page = store.range_page(&from, &end, at, PAGE).await.map_err(|e| e.to_string())?;
+            for kv in &page.kvs {
+                dependent_of_pending(shard, info, kv, &mut pending).await;
+            }
+            match page.next {
+                Some(n) => from = n,
+                None => break,
+            }
+        }
+    }
+    for p in pending.values().filter(|p| p.remaining == 0) {
+        let finalizer = if p.foreground { FOREGROUND_FINALIZER } else { ORPHAN_FINALIZER };
+        // Both at once (an object can be given both by hand): foreground's wait covers orphaning's.
+        for f in [finalizer, ORPHAN_FINALIZER].into_iter().take(if p.foreground && p.orphan { 2 } else { 1 }) {
+            if let Err(e) = crate::sweep::drop_finalizer(shard.store(&p.info), &p.key, "/metadata/finalizers", f, None).await {
+                tracing::debug!(uid = %p.uid, error = %e, "GC finalizer not removed this pass");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Handles one stored object that may be a dependent of a pending owner.
+async fn dependent_of_pending(shard: &Shard, info: &ResourceInfo, kv: &Kv, pending: &mut BTreeMap<String, Pending>) {
+    if memchr::memmem::find(&kv.value, b"\"ownerReferences\"").is_none() {
+        return;
+    }
+    let Ok(obj) = serde_json::from_slice::<Value>(&kv.value) else { return };
+    let refs = owner_refs(&obj);
+    let uid = meta::meta_str(&obj, "uid").to_owned();
+    let mut orphaned = BTreeSet::new();
+    let mut delete_for = None;
+    for r in &refs {
+        let Some(p) = pending.get_mut(&r.uid) else { continue };
+        if p.foreground {
+            if r.block {
+                p.remaining += 1;
+            }
+            delete_for.get_or_insert(r.block);
+        } else if p.orphan {
+            p.remaining += 1;
+            orphaned.insert(r.uid.clone());
+        }
+    }
+    let result = if !orphaned.is_empty() {
+        let uids: BTreeSet<&str> = orphaned.iter().map(String::as_str).collect();
+        edit(shard, info, &kv.key, &uid, |o| remove_refs(o, &uids)).await
+    } else if let Some(block) = delete_for {
+        // Its other owners decide whether it goes: the dependents' duty settles it on its own
+        // shard (a solid co-owner keeps it, minus this reference).
+        if refs.iter().any(|r| !pending.contains_key(&r.uid)) {
+            Ok(())
+        } else if being_deleted(&obj) {
+            Ok(())
+        } else {
+            delete_dependent(shard, info, &kv.key, &uid, block).await
+        }
+    } else {
+        Ok(())
+    };
+    if let Err(e) = result {
+        tracing::debug!(resource = %info.plural, error = %e, "dependent of an owner being deleted not handled this pass");
+    }
+}
