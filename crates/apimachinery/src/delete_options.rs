@@ -40,6 +40,10 @@ pub fn parse(body: &Value, query: QueryOptions<'_>) -> Result<DeleteOptions, Api
         let b = v.parse::<bool>().map_err(|_| ApiError::bad_request(format!("invalid orphanDependents: strconv.ParseBool: parsing {v:?}: invalid syntax")))?;
         opts.orphan_dependents = Some(b);
     }
+    // A protobuf body's decoder gives an unset optional field as its zero value.
+    if opts.propagation_policy.as_deref() == Some("") {
+        opts.propagation_policy = None;
+    }
     validate(&opts)?;
     Ok(opts)
 }

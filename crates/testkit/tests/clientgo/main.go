@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordv1 "k8s.io/api/coordination/v1"
@@ -109,6 +110,13 @@ func main() {
 	uid := cm.UID
 	policy := metav1.DeletePropagationForeground
 	must(cs.CoreV1().ConfigMaps(ns).Delete(ctx, "cm", metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}, PropagationPolicy: &policy}))
-	_, err = cs.CoreV1().ConfigMaps(ns).Get(ctx, "cm", metav1.GetOptions{})
+	// Foreground: the object stays, with the foregroundDeletion finalizer, until the garbage
+	// collector has found no dependent and removed it (as upstream).
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err = cs.CoreV1().ConfigMaps(ns).Get(ctx, "cm", metav1.GetOptions{})
+		if err != nil || time.Now().After(deadline) {
+			break
+		}
+	}
 	emit("get-deleted-configmap", map[string]string{"error": fmt.Sprint(err)})
 }
