@@ -102,10 +102,6 @@ enum OwnerState {
     Unresolvable,
 }
 
-fn finalizers(obj: &Value) -> Vec<&str> {
-    obj.pointer("/metadata/finalizers").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
-}
-
 fn being_deleted(obj: &Value) -> bool {
     obj.pointer("/metadata/deletionTimestamp").is_some()
 }
@@ -129,7 +125,7 @@ async fn owner_state(shard: &Shard, resources: &[Arc<ResourceInfo>], namespace: 
     let Ok(owner) = serde_json::from_slice::<Value>(&kv.value) else { return Ok(OwnerState::Solid) };
     Ok(if meta::meta_str(&owner, "uid") != r.uid {
         OwnerState::Dangling
-    } else if being_deleted(&owner) && finalizers(&owner).contains(&FOREGROUND_FINALIZER) {
+    } else if being_deleted(&owner) && meta::finalizers(&owner).contains(&FOREGROUND_FINALIZER) {
         OwnerState::Waiting
     } else {
         OwnerState::Solid
@@ -186,7 +182,7 @@ async fn settle(shard: &Shard, info: &ResourceInfo, ns: &str, name: &str, obj: &
         }
         return edit(shard, info, &key, &uid, |o| remove_refs(o, &gone)).await;
     }
-    if being_deleted(obj) && !finalizers(obj).contains(&ORPHAN_FINALIZER) {
+    if being_deleted(obj) && !meta::finalizers(obj).contains(&ORPHAN_FINALIZER) {
         // Already going (its own finalizers, or a foreground deletion under way).
         return Ok(());
     }
@@ -277,7 +273,7 @@ async fn finish_owners(shard: &Shard) -> Result<(), String> {
                 continue;
             }
             let Ok(obj) = serde_json::from_slice::<Value>(bytes) else { continue };
-            let f = finalizers(&obj);
+            let f = meta::finalizers(&obj);
             let (orphan, foreground) = (f.contains(&ORPHAN_FINALIZER), f.contains(&FOREGROUND_FINALIZER));
             if being_deleted(&obj) && (orphan || foreground) {
                 let key = Shard::any_key(&served.info, cached.namespace(), cached.name());
@@ -308,9 +304,9 @@ async fn finish_owners(shard: &Shard) -> Result<(), String> {
         }
     }
     for p in pending.values().filter(|p| p.remaining == 0) {
-        let finalizer = if p.foreground { FOREGROUND_FINALIZER } else { ORPHAN_FINALIZER };
         // Both at once (an object can be given both by hand): foreground's wait covers orphaning's.
-        for f in [finalizer, ORPHAN_FINALIZER].into_iter().take(if p.foreground && p.orphan { 2 } else { 1 }) {
+        let done = [(p.foreground, FOREGROUND_FINALIZER), (p.orphan, ORPHAN_FINALIZER)];
+        for f in done.into_iter().filter(|(held, _)| *held).map(|(_, f)| f) {
             if let Err(e) = crate::sweep::drop_finalizer(shard.store(&p.info), &p.key, "/metadata/finalizers", f, None).await {
                 tracing::debug!(uid = %p.uid, error = %e, "GC finalizer not removed this pass");
             }

@@ -449,7 +449,7 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
         let graceful_pod = info.plural == "pods" && info.group.is_empty() && old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) && grace != Some(0);
         let is_crd = shardplane_apimachinery::kind_rules::is_crd(info);
         // The garbage collector's finalizers the options ask for (RFC 0014).
-        let existing: Vec<String> = old.pointer("/metadata/finalizers").and_then(Value::as_array).map(|a| a.iter().filter_map(|f| f.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+        let existing = meta::finalizers(&old);
         let gc_finalizers = delete_options::finalizers_for_deletion(&parsed, &existing);
         let finalized_later = gc_finalizers.as_ref().map_or(!existing.is_empty(), |f| !f.is_empty());
         if is_namespace || is_crd || finalized_later || graceful_pod {

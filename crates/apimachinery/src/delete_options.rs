@@ -64,14 +64,14 @@ fn validate(opts: &DeleteOptions) -> Result<(), ApiError> {
 /// registry computes them: an explicit `orphanDependents` or `propagationPolicy` decides, else
 /// a GC finalizer the object already has stays (every served kind's default policy is
 /// Background). `None` when they are the object's finalizers already.
-pub fn finalizers_for_deletion(opts: &DeleteOptions, existing: &[String]) -> Option<Vec<String>> {
-    let has = |f: &str| existing.iter().any(|e| e == f);
+pub fn finalizers_for_deletion(opts: &DeleteOptions, existing: &[&str]) -> Option<Vec<String>> {
+    let has = |f: &str| existing.contains(&f);
     let (orphan, foreground) = match (opts.orphan_dependents, opts.propagation_policy.as_deref()) {
         (Some(o), _) => (o, false),
         (None, Some(p)) => (p == "Orphan", p == "Foreground"),
         (None, None) => (has(ORPHAN_FINALIZER), has(FOREGROUND_FINALIZER)),
     };
-    let mut out: Vec<String> = existing.iter().filter(|f| *f != ORPHAN_FINALIZER && *f != FOREGROUND_FINALIZER).cloned().collect();
+    let mut out: Vec<String> = existing.iter().filter(|f| **f != ORPHAN_FINALIZER && **f != FOREGROUND_FINALIZER).map(|f| f.to_string()).collect();
     if orphan {
         out.push(ORPHAN_FINALIZER.to_owned());
     }
@@ -123,6 +123,7 @@ mod tests {
     fn deletion_finalizers_follow_upstreams_rules() {
         let opts = |v: Value| parse(&v, QueryOptions::default()).unwrap();
         let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let finalizers_for_deletion = |o: &DeleteOptions, e: &[String]| finalizers_for_deletion(o, &e.iter().map(String::as_str).collect::<Vec<_>>());
         // Background, the default: nothing to add.
         assert_eq!(finalizers_for_deletion(&opts(json!({})), &[]), None);
         assert_eq!(finalizers_for_deletion(&opts(json!({"propagationPolicy": "Background"})), &owned(&["x"])), None);

@@ -215,6 +215,11 @@ pub fn set_resource_version(obj: &mut Value, rv: u64) {
 }
 
 /// Whether the object still has finalizers.
+/// The object's `metadata.finalizers` (empty when it has none).
+pub fn finalizers(obj: &Value) -> Vec<&str> {
+    obj.pointer("/metadata/finalizers").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
 pub fn has_finalizers(obj: &Value) -> bool {
     obj.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty())
 }
