@@ -12,13 +12,14 @@ use std::time::Duration;
 pub const BOOTSTRAP: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
 
 /// The `default/kubernetes` Service kube-apiserver keeps for in-cluster clients (clients and
-/// conformance tests look for it). Its cluster IP is the first of upstream's default service
-/// range; shardplane allocates no others yet.
-fn kubernetes_service() -> Value {
+/// conformance tests look for it). Its cluster IP is the first of the service range, held by an
+/// IPAddress created with it (RFC 0014).
+fn kubernetes_service(shard: &Shard) -> Value {
+    let ip = shard.service_network.kubernetes_service_ip().to_string();
     serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},
-        "spec": {"clusterIP": "10.96.0.1", "clusterIPs": ["10.96.0.1"], "type": "ClusterIP", "sessionAffinity": "None",
+        "spec": {"clusterIP": ip, "clusterIPs": [ip], "type": "ClusterIP", "sessionAffinity": "None", "ipFamilies": [shard.service_network.family()], "ipFamilyPolicy": "SingleStack",
                  "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]},
     })
 }
@@ -36,7 +37,9 @@ pub async fn bootstrap(shard: Arc<Shard>) {
     let objects = BOOTSTRAP
         .iter()
         .map(|name| (ns_info.clone(), "", *name, serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})))
-        .chain([(svc_info, "default", "kubernetes", kubernetes_service())])
+        .chain([(svc_info, "default", "kubernetes", kubernetes_service(&shard))])
+        // The default ServiceCIDR (upstream's default-servicecidr controller's).
+        .chain([(shard.builtin("networking.k8s.io", "servicecidrs"), "", shardplane_apimachinery::service_network::DEFAULT_SERVICE_CIDR, shard.service_network.default_service_cidr())])
         // Each bootstrap namespace's default service account (the service-account controller's).
         .chain(BOOTSTRAP.iter().map(|ns| (shard.builtin("", "serviceaccounts"), *ns, shardplane_apimachinery::service_accounts::DEFAULT_SERVICE_ACCOUNT, shardplane_apimachinery::service_accounts::default_service_account(ns))))
         .chain(kind_rules::SYSTEM_PRIORITY_CLASSES.iter().map(|(name, value, description)| (pc_info.clone(), "", *name, kind_rules::system_priority_class(name, *value, description))));
@@ -52,11 +55,21 @@ pub async fn bootstrap(shard: Arc<Shard>) {
     let objects = objects.chain(named.into_iter().zip(names.iter()).map(|((info, obj), name)| (info, "", name.as_str(), obj)));
     for (info, namespace, name, mut obj) in objects {
         let Ok(key) = shard.owned_key(&info, namespace, name) else { continue };
+        let status = obj.get("status").cloned();
         shardplane_apimachinery::defaults::set_defaults(&info, &mut obj);
         shardplane_apimachinery::strategy::prepare_for_create(&info, &mut obj);
+        if info.plural == "servicecidrs" && let Some(status) = status {
+            // Ready from the start, as its controller marks it.
+            obj["status"] = status;
+        }
+        let mut companions = if crate::service_addresses::is_services(&info) { crate::service_addresses::kubernetes_service_companions(&shard) } else { Vec::new() };
         loop {
-            match shard.store(&info).create(&key, shardplane_apimachinery::encode::object_bytes(&obj)).await {
+            let primary = shardplane_storage::Primary::Create { key: key.clone(), value: shardplane_apimachinery::encode::object_bytes(&obj) };
+            match shard.store(&info).commit(&primary, &companions).await {
                 Ok(_) | Err(shardplane_storage::StorageError::AlreadyExists) => break,
+                // The address is held already (a Service of an earlier run, or a hand-made
+                // IPAddress): the Service is created without it and the repair loop reports it.
+                Err(shardplane_storage::StorageError::CompanionConflict { .. }) => companions.clear(),
                 Err(e) => {
                     tracing::warn!(object = name, error = %e, "bootstrap object not created yet; retrying");
                     tokio::select! {

@@ -88,6 +88,9 @@ struct Args {
     /// Priority and fairness (`--enable-priority-and-fairness`) and the in-flight bounds.
     #[command(flatten)]
     flow_control: shardplane_flowcontrol::Flags,
+    /// The service IP and node-port ranges (RFC 0014).
+    #[command(flatten)]
+    service_network: crate::service_addresses::flags::ServiceNetworkFlags,
     /// Seconds: a watch without timeoutSeconds runs a random time between this and twice this.
     #[arg(long, default_value_t = 1800)]
     min_request_timeout: u64,
@@ -161,6 +164,13 @@ async fn run_async(args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    let service_network = match args.service_network.network() {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("shard-server: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let storage_contract = match StorageContract::from_flag(args.storage_config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -198,6 +208,8 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         standalone: args.standalone,
         storage_contract,
         access,
+        service_network,
+        address_repair: crate::service_addresses::repair::PERIOD,
     };
     let shutdown = shutdown_on_signal();
     if std::env::var_os(EXIT_WITH_STDIN).is_some() {

@@ -93,5 +93,5 @@ async fn cleanup(shard: &Shard, c: &Value) -> Result<(), String> {
         return Ok(());
     }
     // Every object is gone: drop the finalizer (and, with no other, the CRD).
-    crate::sweep::drop_finalizer(shard.store(&crd_info), &key, "/metadata/finalizers", crd::CLEANUP_FINALIZER, None).await.map_err(|e| e.to_string())
+    crate::sweep::drop_finalizer(shard, &crd_info, &key, "/metadata/finalizers", crd::CLEANUP_FINALIZER, None).await.map_err(|e| e.to_string())
 }

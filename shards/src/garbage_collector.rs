@@ -214,7 +214,7 @@ async fn delete_dependent(shard: &Shard, info: &ResourceInfo, key: &[u8], uid: &
         }
         return cas(store.update(key, encode::object_bytes(&obj), kv.mod_revision).await.map(|_| ()));
     }
-    cas(store.delete(key, kv.mod_revision).await.map(|_| ()))
+    cas(crate::service_addresses::remove(shard, info, key, &kv, &obj).await.map(|_| ()))
 }
 
 /// A lost compare-and-swap is the next pass's to look at again.
@@ -307,7 +307,7 @@ async fn finish_owners(shard: &Shard) -> Result<(), String> {
         // Both at once (an object can be given both by hand): foreground's wait covers orphaning's.
         let done = [(p.foreground, FOREGROUND_FINALIZER), (p.orphan, ORPHAN_FINALIZER)];
         for f in done.into_iter().filter(|(held, _)| *held).map(|(_, f)| f) {
-            if let Err(e) = crate::sweep::drop_finalizer(shard.store(&p.info), &p.key, "/metadata/finalizers", f, None).await {
+            if let Err(e) = crate::sweep::drop_finalizer(shard, &p.info, &p.key, "/metadata/finalizers", f, None).await {
                 tracing::debug!(uid = %p.uid, error = %e, "GC finalizer not removed this pass");
             }
         }

@@ -1,6 +1,7 @@
 //! What admission reads of other objects (RFC 0011, "Admission plugins"): every object of the
 //! few configuration kinds upstream's admission plugins consult (priority classes, storage
-//! classes, ingress classes, runtime classes, limit ranges), followed from the store across the
+//! classes, ingress classes, runtime classes, limit ranges; and the ServiceCIDRs Service
+//! addresses come from), followed from the store across the
 //! whole hash space by the storage crate's informers.
 //!
 //! Bounded: a kind holds at most [`MAX_OBJECTS`] objects. Past that admission that needs the
@@ -18,12 +19,14 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_OBJECTS: usize = 10_000;
 
 /// The kinds followed: (group, plural).
-pub const KINDS: [(&str, &str); 5] = [
+pub const KINDS: [(&str, &str); 6] = [
     ("scheduling.k8s.io", "priorityclasses"),
     ("storage.k8s.io", "storageclasses"),
     ("networking.k8s.io", "ingressclasses"),
     ("node.k8s.io", "runtimeclasses"),
     ("", "limitranges"),
+    // The ranges Service addresses come from (RFC 0014).
+    ("networking.k8s.io", "servicecidrs"),
 ];
 
 /// The followed kinds.

@@ -29,6 +29,7 @@ pub mod render;
 pub mod scale;
 pub mod server;
 mod service_accounts;
+pub mod service_addresses;
 pub mod shard;
 mod sweep;
 pub mod watch;

@@ -111,7 +111,7 @@ async fn namespace_empty(shard: &Shard, ns: &str) -> Result<bool, String> {
 /// other, the namespace).
 async fn finalize(shard: &Shard, ns_info: &shardplane_apimachinery::resources::ResourceInfo, name: &str, expected: u64) {
     let key = Shard::any_key(ns_info, "", name);
-    if let Err(e) = crate::sweep::drop_finalizer(shard.store(ns_info), &key, "/spec/finalizers", "kubernetes", Some(expected)).await {
+    if let Err(e) = crate::sweep::drop_finalizer(shard, ns_info, &key, "/spec/finalizers", "kubernetes", Some(expected)).await {
         tracing::debug!(namespace = name, error = %e, "namespace finalize failed; retrying next sweep");
     }
 }

@@ -53,6 +53,10 @@ pub struct ShardConfig {
     pub storage_contract: StorageContract,
     /// Who may reach the shard's port, and over what (RFC 0012).
     pub access: crate::access::Access,
+    /// The service IP and node-port ranges Services are given addresses from (RFC 0014).
+    pub service_network: shardplane_apimachinery::service_network::ServiceNetwork,
+    /// How often the Service address repair loop passes (RFC 0014).
+    pub address_repair: Duration,
 }
 
 /// Connects to etcd, starts the caches and background loops, and serves HTTP until `shutdown`.
@@ -76,6 +80,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     tokio::spawn(crate::namespaces::run(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::crds::run_cleanup(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::garbage_collector::run(shard.clone(), config.namespace_sweep));
+    tokio::spawn(crate::service_addresses::repair::run(shard.clone(), config.address_repair));
     tokio::spawn(crate::bootstrap::bootstrap(shard.clone()));
     tokio::spawn(crate::rbac_aggregation::run(shard.clone()));
     let shard_for_members = shard.clone();

@@ -84,8 +84,10 @@ pub struct Shard {
     /// The caches' settings (their history bounds decide which RVs a watch can resume from).
     pub cache_config: CacheConfig,
     /// The configuration objects admission reads (priority, storage, ingress and runtime
-    /// classes, limit ranges), followed across the whole hash space.
+    /// classes, limit ranges, service CIDRs), followed across the whole hash space.
     pub informers: crate::informer::Informers,
+    /// The service IP and node-port ranges (RFC 0014).
+    pub service_network: shardplane_apimachinery::service_network::ServiceNetwork,
 }
 
 impl Shard {
@@ -116,6 +118,7 @@ impl Shard {
             bookmark_interval: config.bookmark_interval,
             cache_config: config.cache.clone(),
             min_request_timeout: config.min_request_timeout,
+            service_network: config.service_network.clone(),
         });
         shard.serve_catalog(&shardplane_catalog::Catalog::builtin());
         tokio::spawn(follow_catalog(shard.clone()));

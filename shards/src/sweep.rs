@@ -9,7 +9,8 @@ use axum::http::HeaderMap;
 use serde_json::Value;
 use shardplane_apimachinery::request_path::Target;
 use shardplane_apimachinery::{encode, meta};
-use shardplane_storage::{Storage, StorageError};
+use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_storage::StorageError;
 use shardplane_watchcache::Filter;
 
 /// Deletes every cached object of `served` that `filter` selects, as a client's DELETE with a
@@ -33,7 +34,8 @@ pub async fn delete_cached(shard: &Shard, served: &Served, filter: &Filter) {
 /// of the object at `key`, by compare-and-swap; with no finalizer left there or in its metadata,
 /// deletes the object instead. `expected`: do nothing unless the object is still at that
 /// revision (it changed meanwhile: the next sweep looks again). A lost race is not an error.
-pub async fn drop_finalizer(store: &Storage, key: &[u8], pointer: &str, finalizer: &str, expected: Option<u64>) -> Result<(), StorageError> {
+pub async fn drop_finalizer(shard: &Shard, info: &ResourceInfo, key: &[u8], pointer: &str, finalizer: &str, expected: Option<u64>) -> Result<(), StorageError> {
+    let store = shard.store(info);
     let (Some(kv), _) = store.get(key).await? else { return Ok(()) };
     if expected.is_some_and(|rev| rev != kv.mod_revision) {
         return Ok(());
@@ -44,7 +46,7 @@ pub async fn drop_finalizer(store: &Storage, key: &[u8], pointer: &str, finalize
     }
     let listed_none = obj.pointer(pointer).and_then(Value::as_array).is_none_or(|a| a.is_empty());
     let result = if listed_none && !meta::has_finalizers(&obj) {
-        store.delete(key, kv.mod_revision).await.map(|_| ())
+        crate::service_addresses::remove(shard, info, key, &kv, &obj).await.map(|_| ())
     } else {
         store.update(key, encode::object_bytes(&obj), kv.mod_revision).await.map(|_| ())
     };

@@ -213,10 +213,13 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
     crate::crds::refuse_create_if_terminating(shard, info)?;
     crate::crds::admit(shard, info, &mut obj, Subresource::Main).await;
     crate::admission::admit_create(shard, info, &mut obj).await?;
+    // A Service's addresses, taken in the create's own transaction (RFC 0014).
+    let addresses = crate::service_addresses::plan(shard, info, None, &mut obj).await?;
     if dry {
+        crate::service_addresses::check_dry_run(shard, &addresses, &obj).await?;
         return respond_warning(StatusCode::CREATED, &mut obj, None, unknown);
     }
-    match shard.store(info).create(&key, stored_bytes(info, &obj)).await {
+    match crate::service_addresses::create(shard, info, &key, &mut obj, addresses).await? {
         Ok(rev) => {
             if info.group.is_empty() && info.plural == "namespaces"
                 && let Err(e) = crate::service_accounts::ensure_default(shard, &name).await
@@ -260,12 +263,14 @@ pub(crate) async fn write_over(shard: &Shard, info: &ResourceInfo, stored: Store
     if !causes.is_empty() {
         return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
     }
+    let finished = new.pointer("/metadata/deletionTimestamp").is_some() && !meta::has_finalizers(&new) && !(info.plural == "namespaces" && new.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
+    // A Service's addresses taken and given back in the update's own transaction (RFC 0014).
+    let addresses = if finished { Default::default() } else { crate::service_addresses::plan(shard, info, Some(old), &mut new).await? };
     if dry {
+        crate::service_addresses::check_dry_run(shard, &addresses, &new).await?;
         return respond_warning(StatusCode::OK, &mut new, Some(kv.mod_revision), unknown).map(Some);
     }
-    let finished = new.pointer("/metadata/deletionTimestamp").is_some() && !meta::has_finalizers(&new) && !(info.plural == "namespaces" && new.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
-    let store = shard.store(info);
-    let result = if finished { store.delete(key, kv.mod_revision).await } else { store.update(key, stored_bytes(info, &new), kv.mod_revision).await };
+    let result = if finished { crate::service_addresses::remove(shard, info, key, kv, old).await } else { crate::service_addresses::update(shard, info, key, kv, &mut new, addresses).await? };
     match result {
         Ok(rev) => respond_warning(StatusCode::OK, &mut new, Some(rev), unknown).map(Some),
         Err(StorageError::Conflict { .. }) => Ok(None),
@@ -492,7 +497,7 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
             }
         }
         if !dry {
-            match shard.store(info).delete(&key, kv.mod_revision).await {
+            match crate::service_addresses::remove(shard, info, &key, &kv, &old).await {
                 Ok(_) if info.group.is_empty() && info.plural == "serviceaccounts" && name == shardplane_apimachinery::service_accounts::DEFAULT_SERVICE_ACCOUNT => {
                     crate::service_accounts::recreate_default(shard, &ns).await;
                 }

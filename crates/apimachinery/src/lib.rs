@@ -46,6 +46,7 @@ pub mod request_path;
 pub mod resources;
 pub mod selectors;
 pub mod service_accounts;
+pub mod service_network;
 pub mod status;
 pub mod strategy;
 pub mod structural;

@@ -129,6 +129,7 @@ pub fn prepare_for_update(info: &ResourceInfo, old: &Value, new: &mut Value, sub
     }
     if info.plural == "services" && info.group.is_empty() && sub == Subresource::Main {
         keep_cluster_ips(old, new);
+        crate::service_network::prepare_update(old, new);
     }
     if info.plural == "pods" && info.group.is_empty() {
         crate::admission::keep_pod_priority(old, new);

@@ -9,6 +9,11 @@ use crate::{HashRange, ObjectKey, HASH_SPACE_END};
 /// Prefix of every object key in etcd.
 pub const REGISTRY_PREFIX: &str = "/registry/";
 
+/// The prefix of the keys that hold node ports, one key per port (RFC 0014): under
+/// `/registry/`, where the shards may write, and outside every resource's prefix (no API group
+/// is named `ranges`: a group with no dot is a built-in's, and none is).
+pub const NODE_PORTS_PREFIX: &str = "/registry/ranges/servicenodeports/";
+
 /// `/registry/{group}/{resource}/`: the prefix of all keys of one resource.
 pub fn resource_prefix(group: &str, resource: &str) -> String {
     format!("{REGISTRY_PREFIX}{group}/{resource}/")

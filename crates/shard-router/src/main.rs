@@ -143,6 +143,9 @@ struct Args {
     /// bounds, at the router and at the shards it starts.
     #[command(flatten)]
     flow_control: shardplane_flowcontrol::Flags,
+    /// The service IP and node-port ranges of the shards it starts (RFC 0014).
+    #[command(flatten)]
+    service_network: shardplane_shard::service_addresses::flags::ServiceNetworkFlags,
 }
 
 /// The store credentials of the shards this router starts: its own, or the shard certificate.
@@ -227,6 +230,11 @@ async fn start_embedded_store(dir: &std::path::Path, listen: &str, quota: u64, s
 }
 
 async fn run(mut args: Args) -> std::process::ExitCode {
+    // Checked here too, so a bad range stops the router rather than every shard it starts.
+    if let Err(e) = args.service_network.network() {
+        eprintln!("shard-router: {e}");
+        return std::process::ExitCode::from(2);
+    }
     let (tls, pki) = match tls_setup(&args).and_then(|s| match s {
         None => Ok((None, None)),
         Some((flags, pki)) => shardplane_identity::tls::server_config(&flags).map(|c| (Some(c), pki)).map_err(|e| e.to_string()),
@@ -327,7 +335,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shards must be at least 1");
             return std::process::ExitCode::from(2);
         }
-        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(args.flow_control.to_args()).chain(shard_access_args).chain(shard_store_tls(&args).to_args()).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
+        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(args.flow_control.to_args()).chain(args.service_network.to_args()).chain(shard_access_args).chain(shard_store_tls(&args).to_args()).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
         match topology::start(launch, args.shard_count, std::time::Duration::from_secs(args.bookmark_interval.max(1)), shutdown.clone()).await {
             Ok((s, sup, pids)) => {
                 supervisors = sup;

@@ -10,6 +10,7 @@
 //! and revisions are etcd's own. The key layout lives in `shardplane-keyspace`.
 
 mod compaction;
+mod companions;
 pub mod contract;
 pub mod follow;
 pub mod informer;
@@ -20,6 +21,7 @@ pub mod space;
 mod watch;
 
 pub use compaction::run_compactor;
+pub use companions::{Companion, Primary};
 pub use contract::{StorageContract, Stores};
 pub use watch::{ProgressRequester, RangeWatch, RangeWatchStream, WatchEvent, WatchItem};
 
@@ -61,6 +63,10 @@ pub enum StorageError {
     /// The requested revision was compacted.
     #[error("required revision {requested} has been compacted (compacted at {compacted})")]
     Compacted { requested: u64, compacted: u64 },
+    /// A transaction's companion key (see [`Storage::commit`]) was not as expected: the one at
+    /// `index` exists where it was to be created, or changed where it was to be deleted.
+    #[error("companion key {index} precondition failed")]
+    CompanionConflict { index: usize },
     /// etcd could not be reached or answered with an error.
     #[error("etcd: {0}")]
     Etcd(String),

@@ -59,6 +59,8 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         namespace_sweep: Duration::from_millis(200),
         min_request_timeout: Duration::from_secs(1800),
         flow_control: Default::default(),
+        service_network: Default::default(),
+        address_repair: Duration::from_secs(1),
         member_ttl: Duration::from_secs(10),
         standalone: false,
         storage_contract: Default::default(),
@@ -252,10 +254,17 @@ pub fn client() -> reqwest::Client {
 /// etcd, `k` shard processes' worth of shards (one even hash range each) and a router over
 /// them, once the router serves the `default` namespace (created at start by its owner).
 pub async fn routed_cluster(k: u32) -> (Etcd, Vec<TestShard>, TestShard) {
+    routed_cluster_with(k, |_| {}).await
+}
+
+/// [`routed_cluster`] with each shard's settings changed by `configure`.
+pub async fn routed_cluster_with(k: u32, configure: impl Fn(&mut ShardConfig)) -> (Etcd, Vec<TestShard>, TestShard) {
     let etcd = Etcd::start().await;
     let mut shards = Vec::new();
     for r in shardplane_keyspace::HashRange::split_even(k) {
-        shards.push(TestShard::start_shard(test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap())).await);
+        let mut config = test_config(&etcd, RangeSet::from_disjoint(vec![r]).unwrap());
+        configure(&mut config);
+        shards.push(TestShard::start_shard(config).await);
     }
     let router = TestShard::start_router(std::slice::from_ref(&etcd.endpoint), shards.iter().map(|s| s.url.clone()).collect(), Duration::from_millis(500)).await;
     wait_for(Duration::from_secs(20), || async { router.get("/api/v1/namespaces/default").await.0 == 200 }).await;

@@ -536,9 +536,11 @@ async fn tables_and_partial_metadata_as_upstream_renders_them() {
     let (_, _, ns) = get("/api/v1/namespaces".into(), KUBECTL).await;
     assert_eq!(ns["rows"][0]["cells"][1], "Active");
     let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "protocol": "TCP"}]}});
-    s.post("/api/v1/namespaces/demo/services", &svc).await;
+    let (_, created) = s.post("/api/v1/namespaces/demo/services", &svc).await;
     let (_, _, st) = get("/api/v1/namespaces/demo/services".into(), KUBECTL).await;
-    assert_eq!(st["rows"][0]["cells"], json!(["web", "ClusterIP", "<none>", "<none>", "80/TCP", st["rows"][0]["cells"][5], "app=web"]));
+    // The cluster IP column shows the address the Service was given (RFC 0014).
+    assert!(created["spec"]["clusterIP"].as_str().is_some_and(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok()), "{created}");
+    assert_eq!(st["rows"][0]["cells"], json!(["web", "ClusterIP", created["spec"]["clusterIP"], "<none>", "80/TCP", st["rows"][0]["cells"][5], "app=web"]));
     // PartialObjectMetadataList.
     let (code, _, meta) = get(CM.to_string(), "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io").await;
     assert_eq!((code, meta["kind"].as_str(), meta["apiVersion"].as_str()), (200, Some("PartialObjectMetadataList"), Some("meta.k8s.io/v1")));
