@@ -4,7 +4,7 @@
 //! drop a Service's allocated values as upstream's service strategy does. Pure decisions: the
 //! shard writes them.
 
-use crate::kind_rules::errors::invalid_shown;
+use crate::kind_rules::errors::{go_strings, invalid_shown};
 use crate::status::StatusCause;
 use ipnet::IpNet;
 use serde_json::{json, Value};
@@ -128,23 +128,27 @@ fn static_band(size: u128) -> u128 {
     if size < 16 { 0 } else { (size / 16).clamp(16, 256) }
 }
 
-/// A candidate for a dynamic allocation in `net`, from the random number `r`: an address of the
-/// dynamic band (the whole range when it has none).
-pub fn dynamic_candidate(net: &IpNet, r: u128) -> Option<IpAddr> {
+/// `net`'s first allocatable address as a number, how many addresses its static band holds,
+/// and how many its dynamic band holds (at least one).
+fn bands(net: &IpNet) -> Option<(u128, u128, u128)> {
     let (first, last) = usable(net)?;
     let size = last - first + 1;
     let band = static_band(size).min(size - 1);
-    Some(from_number(net, first + band + r % (size - band)))
+    Some((first, band, size - band))
+}
+
+/// A candidate for a dynamic allocation in `net`, from the random number `r`: an address of the
+/// dynamic band (the whole range when it has none).
+pub fn dynamic_candidate(net: &IpNet, r: u128) -> Option<IpAddr> {
+    let (first, band, dynamic) = bands(net)?;
+    Some(from_number(net, first + band + r % dynamic))
 }
 
 /// A free address of `nets` (none in `taken`), scanning from the random point `r` in each
 /// range's dynamic band, then its static band; `None` when every range is full.
 pub fn first_free(nets: &[IpNet], taken: &BTreeSet<IpAddr>, r: u128) -> Option<IpAddr> {
     for net in nets {
-        let Some((first, last)) = usable(net) else { continue };
-        let size = last - first + 1;
-        let band = static_band(size).min(size - 1);
-        let dynamic = size - band;
+        let Some((first, band, dynamic)) = bands(net) else { continue };
         let start = r % dynamic;
         // The dynamic band from `start`, wrapping, then the static band.
         let order = (0..dynamic).map(|i| first + band + (start + i) % dynamic).chain((0..band).map(|i| first + i));
@@ -245,7 +249,7 @@ pub fn init_ip_family_fields(svc: &mut Value, old: Option<&Value>, family: &str)
     let mut families: Vec<String> = spec.get("ipFamilies").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default();
     let ips: Vec<String> = spec.get("clusterIPs").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default();
     let mut causes = Vec::new();
-    let shown_ips = format!("[]string{{{}}}", ips.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", "));
+    let shown_ips = go_strings(spec.get("clusterIPs"));
     for (i, ip) in ips.iter().enumerate() {
         if ip == "None" {
             break;

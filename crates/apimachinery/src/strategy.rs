@@ -95,7 +95,7 @@ fn stamp_conditions(status: &mut Value) {
 /// a client that does not know its addresses must not release them), unless either side is an
 /// ExternalName Service, which has none.
 fn keep_cluster_ips(old: &Value, new: &mut Value) {
-    let external = |v: &Value| v.pointer("/spec/type").and_then(Value::as_str) == Some("ExternalName");
+    let external = |v: &Value| crate::service_network::service_type(v) == "ExternalName";
     if external(old) || external(new) {
         return;
     }

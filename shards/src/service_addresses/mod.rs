@@ -16,7 +16,7 @@ use crate::shard::Shard;
 use crate::write::stored_bytes;
 use ipnet::IpNet;
 use serde_json::{json, Value};
-use shardplane_apimachinery::kind_rules::errors::invalid_shown;
+use shardplane_apimachinery::kind_rules::errors::{go_strings, invalid_shown};
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::service_network::{self as net, ServiceNetwork};
 use shardplane_apimachinery::{meta, ApiError};
@@ -64,6 +64,15 @@ enum Taken {
     Port(u16),
 }
 
+impl std::fmt::Display for Taken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Taken::Ip(ip) => ip.fmt(f),
+            Taken::Port(p) => p.fmt(f),
+        }
+    }
+}
+
 /// What a Service write takes and gives back, as companions of its transaction.
 #[derive(Default)]
 pub(crate) struct Plan {
@@ -73,13 +82,6 @@ pub(crate) struct Plan {
     collided: BTreeSet<Taken>,
     /// The ranges addresses come from.
     pool: Vec<IpNet>,
-}
-
-impl Plan {
-    /// Nothing to take or give back.
-    pub fn is_empty(&self) -> bool {
-        self.takes.is_empty() && self.releases.is_empty()
-    }
 }
 
 /// The ranges addresses are allocated from: the flag's, and every Ready ServiceCIDR of the
@@ -105,39 +107,24 @@ fn invalid(name: &str, causes: Vec<shardplane_apimachinery::status::StatusCause>
     ApiError::invalid("", "Service", name, causes)
 }
 
-fn shown_ips(svc: &Value) -> String {
-    format!("[]string{{{}}}", net::cluster_ips(svc).iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(", "))
-}
-
-/// The refusal of a value the client asked for: upstream's words for each kind of value.
+/// The refusal of a value the client asked for: upstream's words for each kind of value (a
+/// health-check node port's is upstream's internal error).
 fn refused(network: &ServiceNetwork, svc: &Value, take: &Take, why: Why) -> ApiError {
     let name = meta::meta_str(svc, "name");
+    let port_detail = match why {
+        Why::Taken => "provided port is already allocated".to_owned(),
+        Why::OutOfRange => format!("provided port is not in the valid range. The range of valid ports is {}", network.node_port_range()),
+    };
     match (&take.field, take.value) {
         (Field::ClusterIp, Taken::Ip(ip)) => {
             let detail = match why {
                 Why::Taken => "provided IP is already allocated".to_owned(),
                 Why::OutOfRange => format!("provided IP {ip} is not in the valid range"),
             };
-            invalid(name, vec![invalid_shown("spec.clusterIPs", &shown_ips(svc), &format!("failed to allocate IP {ip}: {detail}"))])
+            invalid(name, vec![invalid_shown("spec.clusterIPs", &go_strings(Some(&json!(net::cluster_ips(svc)))), &format!("failed to allocate IP {ip}: {detail}"))])
         }
-        (Field::NodePorts(at), Taken::Port(p)) => {
-            let detail = match why {
-                Why::Taken => "provided port is already allocated".to_owned(),
-                Why::OutOfRange => format!("provided port is not in the valid range. The range of valid ports is {}", network.node_port_range()),
-            };
-            invalid(name, vec![invalid_shown(&format!("spec.ports[{}].nodePort", at.first().copied().unwrap_or(0)), &p.to_string(), &detail)])
-        }
-        (_, value) => {
-            let detail = match why {
-                Why::Taken => "provided port is already allocated".to_owned(),
-                Why::OutOfRange => format!("provided port is not in the valid range. The range of valid ports is {}", network.node_port_range()),
-            };
-            let shown = match value {
-                Taken::Port(p) => p.to_string(),
-                Taken::Ip(ip) => ip.to_string(),
-            };
-            ApiError::internal(format!("failed to allocate requested HealthCheck NodePort {shown}: {detail}"))
-        }
+        (Field::NodePorts(at), Taken::Port(p)) => invalid(name, vec![invalid_shown(&format!("spec.ports[{}].nodePort", at.first().copied().unwrap_or(0)), &p.to_string(), &port_detail)]),
+        (_, value) => ApiError::internal(format!("failed to allocate requested HealthCheck NodePort {value}: {port_detail}")),
     }
 }
 
@@ -166,10 +153,13 @@ fn fill(svc: &mut Value, field: &Field, value: Taken) {
     }
 }
 
-fn random_port(network: &ServiceNetwork, avoid: &BTreeSet<Taken>) -> Option<u16> {
+/// A node port of the range not in `avoid`: random (a few tries), else the first such one;
+/// `None` only when `avoid` holds the whole range.
+fn free_port(network: &ServiceNetwork, avoid: &BTreeSet<Taken>) -> Option<u16> {
     let (lo, hi) = network.node_ports;
     let size = (hi - lo) as u128 + 1;
-    (0..RANDOM_TRIES).map(|_| lo + (net::random() % size) as u16).find(|p| !avoid.contains(&Taken::Port(*p)))
+    let free = |p: &u16| !avoid.contains(&Taken::Port(*p));
+    (0..RANDOM_TRIES).map(|_| lo + (net::random() % size) as u16).find(free).or_else(|| (lo..=hi).find(free))
 }
 
 /// Plans what `svc` (a Service being created, or updated from `old`) takes and gives back, and
@@ -186,14 +176,16 @@ pub(crate) async fn plan(shard: &Shard, info: &ResourceInfo, old: Option<&Value>
         return Err(invalid(&name, causes));
     }
     let before = old.map(net::held).unwrap_or_default();
-    let mut plan = Plan { pool: pool(shard).await?, ..Plan::default() };
-    // The cluster address.
+    let mut plan = Plan::default();
+    // The cluster address (the ServiceCIDRs are read only when one is taken: a status update
+    // never waits for them).
     if net::wants_cluster_ip(svc) {
         match net::cluster_ips(svc).first() {
             Some(given) => {
                 let ip: IpAddr = given.parse().map_err(|_| invalid(&name, vec![invalid_shown("spec.clusterIPs[0]", &format!("{given:?}"), "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)")]))?;
                 if !before.ips.contains(&ip) {
                     let take = Take { value: Taken::Ip(ip), dynamic: false, field: Field::ClusterIp };
+                    plan.pool = pool(shard).await?;
                     if !net::allocatable_in(&plan.pool, &ip) {
                         return Err(refused(network, svc, &take, Why::OutOfRange));
                     }
@@ -201,6 +193,7 @@ pub(crate) async fn plan(shard: &Shard, info: &ResourceInfo, old: Option<&Value>
                 }
             }
             None => {
+                plan.pool = pool(shard).await?;
                 let ip = net::dynamic_candidate(&plan.pool[0], net::random()).ok_or_else(|| ApiError::internal("failed to allocate a serviceIP: range is full"))?;
                 fill(svc, &Field::ClusterIp, Taken::Ip(ip));
                 plan.takes.push(Take { value: Taken::Ip(ip), dynamic: true, field: Field::ClusterIp });
@@ -244,7 +237,7 @@ pub(crate) async fn plan(shard: &Shard, info: &ResourceInfo, old: Option<&Value>
             }
             None => {
                 let avoid: BTreeSet<Taken> = chosen.iter().chain(&before.node_ports).map(|p| Taken::Port(*p)).collect();
-                let p = random_port(network, &avoid).ok_or_else(|| ApiError::internal("failed to allocate a nodePort: range is full"))?;
+                let p = free_port(network, &avoid).ok_or_else(|| ApiError::internal("failed to allocate a nodePort: range is full"))?;
                 chosen.insert(p);
                 fill(svc, &field, Taken::Port(p));
                 plan.takes.push(Take { value: Taken::Port(p), dynamic: true, field });
@@ -264,7 +257,7 @@ pub(crate) async fn plan(shard: &Shard, info: &ResourceInfo, old: Option<&Value>
             }
             None => {
                 let avoid: BTreeSet<Taken> = chosen.iter().chain(&before.node_ports).map(|p| Taken::Port(*p)).collect();
-                let p = random_port(network, &avoid).ok_or_else(|| ApiError::internal("failed to allocate a HealthCheck NodePort: range is full"))?;
+                let p = free_port(network, &avoid).ok_or_else(|| ApiError::internal("failed to allocate a HealthCheck NodePort: range is full"))?;
                 fill(svc, &Field::HealthCheck, Taken::Port(p));
                 plan.takes.push(Take { value: Taken::Port(p), dynamic: true, field: Field::HealthCheck });
             }
@@ -306,6 +299,9 @@ async fn releases_of(shard: &Shard, ns: &str, name: &str, ips: &[IpAddr], ports:
 
 /// The companions of a plan for the Service `ns/name`: a create per take, then the releases.
 fn companions(shard: &Shard, plan: &Plan, ns: &str, name: &str) -> Vec<Companion> {
+    if plan.takes.is_empty() {
+        return plan.releases.clone();
+    }
     let ip_info = shard.builtin("networking.k8s.io", "ipaddresses");
     let mut out: Vec<Companion> = plan.takes.iter().map(|t| match t.value {
         Taken::Ip(ip) => {
@@ -338,14 +334,10 @@ async fn pick_again(shard: &Shard, plan: &mut Plan, index: usize, svc: &mut Valu
         Taken::Port(_) => {
             let mut avoid = plan.collided.clone();
             avoid.extend(plan.takes.iter().map(|t| t.value));
-            match random_port(&shard.service_network, &avoid).filter(|_| collisions < RANDOM_TRIES) {
-                Some(p) => Some(Taken::Port(p)),
-                None => {
-                    let held = held_ports(shard).await.map_err(storage_err)?;
-                    let (lo, hi) = shard.service_network.node_ports;
-                    Some(Taken::Port((lo..=hi).find(|p| !held.contains(p) && !avoid.contains(&Taken::Port(*p))).ok_or_else(|| ApiError::internal("failed to allocate a nodePort: range is full"))?))
-                }
+            if collisions >= RANDOM_TRIES {
+                avoid.extend(held_ports(shard).await.map_err(storage_err)?.into_iter().map(Taken::Port));
             }
+            Some(Taken::Port(free_port(&shard.service_network, &avoid).ok_or_else(|| ApiError::internal("failed to allocate a nodePort: range is full"))?))
         }
     };
     // A random pick that repeated a collision is simply tried again next round.
@@ -381,7 +373,7 @@ fn one_store(shard: &Shard) -> bool {
 /// between leaves a leak the repair loop reclaims, never a shared address).
 async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, companions: &[Companion]) -> Result<u64, StorageError> {
     let store = shard.store(info);
-    if one_store(shard) {
+    if companions.is_empty() || one_store(shard) {
         return store.commit(primary, companions).await;
     }
     let ip_store = shard.store(&shard.builtin("networking.k8s.io", "ipaddresses"));
@@ -414,32 +406,25 @@ async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, companion
 
 /// Creates `obj` at `key` with what `plan` takes, picking again on a collision. The inner
 /// result is the store's answer for the object itself (`AlreadyExists` for a name in use).
-pub(crate) async fn create(shard: &Shard, info: &ResourceInfo, key: &[u8], obj: &mut Value, mut plan: Plan) -> Result<Result<u64, StorageError>, ApiError> {
-    let (ns, name) = (meta::meta_str(obj, "namespace").to_owned(), meta::meta_str(obj, "name").to_owned());
-    loop {
-        let primary = Primary::Create { key: key.to_vec(), value: stored_bytes(info, obj) };
-        if plan.is_empty() {
-            return Ok(shard.store(info).create(key, stored_bytes(info, obj)).await);
-        }
-        match commit(shard, info, &primary, &companions(shard, &plan, &ns, &name)).await {
-            Err(StorageError::CompanionConflict { index }) if index < plan.takes.len() => pick_again(shard, &mut plan, index, obj).await?,
-            other => return Ok(other),
-        }
-    }
+pub(crate) async fn create(shard: &Shard, info: &ResourceInfo, key: &[u8], obj: &mut Value, plan: Plan) -> Result<Result<u64, StorageError>, ApiError> {
+    write(shard, info, obj, plan, None, |value| Primary::Create { key: key.to_vec(), value }).await
 }
 
 /// Replaces the stored `kv` with `new` and what `plan` takes and gives back. A lost race on a
 /// key given back is a `Conflict` (the caller reads again and retries).
-pub(crate) async fn update(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, new: &mut Value, mut plan: Plan) -> Result<Result<u64, StorageError>, ApiError> {
-    let (ns, name) = (meta::meta_str(new, "namespace").to_owned(), meta::meta_str(new, "name").to_owned());
+pub(crate) async fn update(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, new: &mut Value, plan: Plan) -> Result<Result<u64, StorageError>, ApiError> {
+    write(shard, info, new, plan, Some(kv), |value| Primary::Update { key: key.to_vec(), value, expected: kv.mod_revision }).await
+}
+
+/// Writes `obj` (as `primary` makes the write of its stored bytes) with `plan`'s companions,
+/// picking again after a collision on a take; a lost race on a release is a `Conflict` with
+/// `read`, the entry the write replaces.
+async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Plan, read: Option<&Kv>, primary: impl Fn(Vec<u8>) -> Primary) -> Result<Result<u64, StorageError>, ApiError> {
+    let (ns, name) = (meta::meta_str(obj, "namespace").to_owned(), meta::meta_str(obj, "name").to_owned());
     loop {
-        if plan.is_empty() {
-            return Ok(shard.store(info).update(key, stored_bytes(info, new), kv.mod_revision).await);
-        }
-        let primary = Primary::Update { key: key.to_vec(), value: stored_bytes(info, new), expected: kv.mod_revision };
-        match commit(shard, info, &primary, &companions(shard, &plan, &ns, &name)).await {
-            Err(StorageError::CompanionConflict { index }) if index < plan.takes.len() => pick_again(shard, &mut plan, index, new).await?,
-            Err(StorageError::CompanionConflict { .. }) => return Ok(Err(StorageError::Conflict { current: Some(kv.clone()) })),
+        match commit(shard, info, &primary(stored_bytes(info, obj)), &companions(shard, &plan, &ns, &name)).await {
+            Err(StorageError::CompanionConflict { index }) if index < plan.takes.len() => pick_again(shard, &mut plan, index, obj).await?,
+            Err(StorageError::CompanionConflict { .. }) => return Ok(Err(StorageError::Conflict { current: read.cloned() })),
             other => return Ok(other),
         }
     }

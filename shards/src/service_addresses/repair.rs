@@ -66,12 +66,21 @@ pub async fn pass(shard: &Shard, suspects: &mut HashSet<(Vec<u8>, u64)>) -> Resu
     let (start, end) = range_keys(ip_info.storage_group(), &ip_info.plural, HashRange::FULL);
     let (ip_kvs, rev) = ip_store.list_range(&start, &end, 0).await?;
     let at = if together { rev } else { 0 };
-    let (start, end) = range_keys(svc_info.storage_group(), &svc_info.plural, HashRange::FULL);
-    let (svc_kvs, _) = svc_store.list_range(&start, &end, at).await?;
+    // This shard's Services only: the ranges it holds, then those the map gives it.
+    let mut svc_kvs = Vec::new();
+    for range in shard.ranges().ranges() {
+        let (start, end) = range_keys(svc_info.storage_group(), &svc_info.plural, *range);
+        svc_kvs.extend(svc_store.list_range(&start, &end, at).await?.0);
+    }
     let (port_kvs, _) = svc_store.list_range(NODE_PORTS_PREFIX.as_bytes(), &prefix_end(NODE_PORTS_PREFIX.as_bytes()), at).await?;
 
     let mine = |ns: &str, name: &str| shard.owns(ObjectKey::new("", "services", ns, name).hash());
-    let services: BTreeMap<(String, String), Value> = svc_kvs.iter().filter_map(|kv| serde_json::from_slice::<Value>(&kv.value).ok()).map(|v| ((meta::meta_str(&v, "namespace").to_owned(), meta::meta_str(&v, "name").to_owned()), v)).collect();
+    let services: BTreeMap<(String, String), Value> = svc_kvs
+        .iter()
+        .filter_map(|kv| serde_json::from_slice::<Value>(&kv.value).ok())
+        .map(|v| ((meta::meta_str(&v, "namespace").to_owned(), meta::meta_str(&v, "name").to_owned()), v))
+        .filter(|((ns, name), _)| mine(ns, name))
+        .collect();
     let mut addresses: BTreeMap<IpAddr, Record> = BTreeMap::new();
     for kv in ip_kvs {
         let Ok(v) = serde_json::from_slice::<Value>(&kv.value) else { continue };
@@ -88,7 +97,7 @@ pub async fn pass(shard: &Shard, suspects: &mut HashSet<(Vec<u8>, u64)>) -> Resu
 
     let mut report = Report::default();
     // Records a Service of this shard holds without.
-    for ((ns, name), svc) in services.iter().filter(|((ns, name), _)| mine(ns, name)) {
+    for ((ns, name), svc) in &services {
         let held = net::held(svc);
         for ip in &held.ips {
             match addresses.get(ip) {

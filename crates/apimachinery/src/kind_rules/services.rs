@@ -122,7 +122,7 @@ fn cluster_ips(obj: &Value) -> Vec<Value> {
 /// An update may add a secondary cluster IP or release one, never change the primary (unless
 /// the Service is or becomes an ExternalName one, or stays headless).
 pub(super) fn validate_update(old: &Value, new: &Value) -> Vec<StatusCause> {
-    let ty = |v: &Value| v.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_owned();
+    let ty = crate::service_network::service_type;
     let headless = |v: &Value| v.pointer("/spec/clusterIP").and_then(Value::as_str) == Some("None");
     if ty(old) == "ExternalName" || ty(new) == "ExternalName" || (headless(old) && headless(new)) {
         return Vec::new();
