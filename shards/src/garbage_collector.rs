@@ -214,7 +214,7 @@ async fn delete_dependent(shard: &Shard, info: &ResourceInfo, key: &[u8], uid: &
         }
         return cas(store.update(key, encode::object_bytes(&obj), kv.mod_revision).await.map(|_| ()));
     }
-    cas(crate::service_addresses::remove(shard, info, key, &kv, &obj).await.map(|_| ()))
+    cas(crate::transaction::remove(shard, info, key, &kv, &obj).await.map(|_| ()))
 }
 
 /// A lost compare-and-swap is the next pass's to look at again.

@@ -1,7 +1,7 @@
 //! What admission reads of other objects (RFC 0011, "Admission plugins"): every object of the
 //! few configuration kinds upstream's admission plugins consult (priority classes, storage
-//! classes, ingress classes, runtime classes, limit ranges; and the ServiceCIDRs Service
-//! addresses come from), followed from the store across the
+//! classes, ingress classes, runtime classes, limit ranges; the ServiceCIDRs Service
+//! addresses come from; the ResourceQuotas writes are charged to), followed from the store across the
 //! whole hash space by the storage crate's informers.
 //!
 //! Bounded: a kind holds at most [`MAX_OBJECTS`] objects. Past that admission that needs the
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_OBJECTS: usize = 10_000;
 
 /// The kinds followed: (group, plural).
-pub const KINDS: [(&str, &str); 6] = [
+pub const KINDS: [(&str, &str); 7] = [
     ("scheduling.k8s.io", "priorityclasses"),
     ("storage.k8s.io", "storageclasses"),
     ("networking.k8s.io", "ingressclasses"),
@@ -27,6 +27,8 @@ pub const KINDS: [(&str, &str); 6] = [
     ("", "limitranges"),
     // The ranges Service addresses come from (RFC 0014).
     ("networking.k8s.io", "servicecidrs"),
+    // The quotas a write is charged to, and their controller's trigger (RFC 0014).
+    ("", "resourcequotas"),
 ];
 
 /// The followed kinds.
@@ -47,5 +49,10 @@ impl Informers {
     /// or when the kind has too many objects.
     pub async fn objects(&self, group: &str, plural: &str) -> Result<Vec<Arc<serde_json::Value>>, ApiError> {
         self.0.objects(group, plural).await.map_err(|why| ApiError::unavailable(format!("admission: {why}")))
+    }
+
+    /// Changes of (group, plural), one of [`KINDS`]: the receiver sees each new state.
+    pub fn subscribe(&self, group: &str, plural: &str) -> Option<tokio::sync::watch::Receiver<Arc<shardplane_storage::informer::Held>>> {
+        self.0.subscribe(group, plural).ok()
     }
 }

@@ -26,12 +26,14 @@ pub mod membership;
 pub mod namespaces;
 pub mod read;
 pub mod render;
+pub mod resource_quota;
 pub mod scale;
 pub mod server;
 mod service_accounts;
 pub mod service_addresses;
 pub mod shard;
 mod sweep;
+mod transaction;
 pub mod watch;
 pub mod write;
 

@@ -57,6 +57,9 @@ pub struct ShardConfig {
     pub service_network: shardplane_apimachinery::service_network::ServiceNetwork,
     /// How often the Service address repair loop passes (RFC 0014).
     pub address_repair: Duration,
+    /// How often every ResourceQuota's usage is counted again (RFC 0014; upstream's
+    /// `--resource-quota-sync-period`).
+    pub quota_sync: Duration,
 }
 
 /// Connects to etcd, starts the caches and background loops, and serves HTTP until `shutdown`.
@@ -81,6 +84,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     tokio::spawn(crate::crds::run_cleanup(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::garbage_collector::run(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::service_addresses::repair::run(shard.clone(), config.address_repair));
+    tokio::spawn(crate::resource_quota::controller::run(shard.clone(), config.quota_sync));
     tokio::spawn(crate::bootstrap::bootstrap(shard.clone()));
     tokio::spawn(crate::rbac_aggregation::run(shard.clone()));
     let shard_for_members = shard.clone();

@@ -46,7 +46,7 @@ pub async fn drop_finalizer(shard: &Shard, info: &ResourceInfo, key: &[u8], poin
     }
     let listed_none = obj.pointer(pointer).and_then(Value::as_array).is_none_or(|a| a.is_empty());
     let result = if listed_none && !meta::has_finalizers(&obj) {
-        crate::service_addresses::remove(shard, info, key, &kv, &obj).await.map(|_| ())
+        crate::transaction::remove(shard, info, key, &kv, &obj).await.map(|_| ())
     } else {
         store.update(key, encode::object_bytes(&obj), kv.mod_revision).await.map(|_| ())
     };

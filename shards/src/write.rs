@@ -216,10 +216,11 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
     // A Service's addresses, taken in the create's own transaction (RFC 0014).
     let addresses = crate::service_addresses::plan(shard, info, None, &mut obj).await?;
     if dry {
-        crate::service_addresses::check_dry_run(shard, &addresses, &obj).await?;
+        crate::transaction::check_dry_run(shard, info, None, &obj, &addresses).await?;
         return respond_warning(StatusCode::CREATED, &mut obj, None, unknown);
     }
-    match crate::service_addresses::create(shard, info, &key, &mut obj, addresses).await? {
+    // Written with its addresses and its quotas' usage (RFC 0014).
+    match crate::transaction::create(shard, info, &key, &mut obj, addresses).await? {
         Ok(rev) => {
             if info.group.is_empty() && info.plural == "namespaces"
                 && let Err(e) = crate::service_accounts::ensure_default(shard, &name).await
@@ -267,10 +268,10 @@ pub(crate) async fn write_over(shard: &Shard, info: &ResourceInfo, stored: Store
     // A Service's addresses taken and given back in the update's own transaction (RFC 0014).
     let addresses = if finished { Default::default() } else { crate::service_addresses::plan(shard, info, Some(old), &mut new).await? };
     if dry {
-        crate::service_addresses::check_dry_run(shard, &addresses, &new).await?;
+        crate::transaction::check_dry_run(shard, info, Some(old), &new, &addresses).await?;
         return respond_warning(StatusCode::OK, &mut new, Some(kv.mod_revision), unknown).map(Some);
     }
-    let result = if finished { crate::service_addresses::remove(shard, info, key, kv, old).await } else { crate::service_addresses::update(shard, info, key, kv, &mut new, addresses).await? };
+    let result = if finished { crate::transaction::remove(shard, info, key, kv, old).await } else { crate::transaction::update(shard, info, key, kv, old, &mut new, addresses).await? };
     match result {
         Ok(rev) => respond_warning(StatusCode::OK, &mut new, Some(rev), unknown).map(Some),
         Err(StorageError::Conflict { .. }) => Ok(None),
@@ -497,7 +498,7 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
             }
         }
         if !dry {
-            match crate::service_addresses::remove(shard, info, &key, &kv, &old).await {
+            match crate::transaction::remove(shard, info, &key, &kv, &old).await {
                 Ok(_) if info.group.is_empty() && info.plural == "serviceaccounts" && name == shardplane_apimachinery::service_accounts::DEFAULT_SERVICE_ACCOUNT => {
                     crate::service_accounts::recreate_default(shard, &ns).await;
                 }

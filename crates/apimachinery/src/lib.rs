@@ -42,6 +42,7 @@ pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod quantity;
+pub mod quota;
 pub mod request_path;
 pub mod resources;
 pub mod selectors;

@@ -1,7 +1,8 @@
 //! Writes of an object together with the keys that must change with it, in one etcd transaction
 //! (RFC 0014, "Service addresses"): a Service and the IPAddress objects and node-port keys it
 //! holds are created, changed and deleted together, so no crash between two writes can leave an
-//! address held by nothing or a Service without its address.
+//! address held by nothing or a Service without its address; and a write that uses a
+//! ResourceQuota's resources charges the quota in the same transaction.
 
 use crate::{Kv, Result, Storage, StorageError};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp, TxnOpResponse};
@@ -32,20 +33,23 @@ pub enum Companion {
     Create { key: Vec<u8>, value: Vec<u8> },
     /// Deleted if its mod_revision is still `expected`.
     Delete { key: Vec<u8>, expected: u64 },
+    /// Replaced if its mod_revision is still `expected` (a ResourceQuota's usage, charged by
+    /// the write that uses it).
+    Update { key: Vec<u8>, value: Vec<u8>, expected: u64 },
 }
 
 impl Companion {
     /// The key it writes.
     pub fn key(&self) -> &[u8] {
         match self {
-            Companion::Create { key, .. } | Companion::Delete { key, .. } => key,
+            Companion::Create { key, .. } | Companion::Delete { key, .. } | Companion::Update { key, .. } => key,
         }
     }
 
     fn holds(&self, current: Option<&Kv>) -> bool {
         match self {
             Companion::Create { .. } => current.is_none(),
-            Companion::Delete { expected, .. } => current.is_some_and(|kv| kv.mod_revision == *expected),
+            Companion::Delete { expected, .. } | Companion::Update { expected, .. } => current.is_some_and(|kv| kv.mod_revision == *expected),
         }
     }
 }
@@ -73,6 +77,10 @@ impl Storage {
                 Companion::Delete { key, expected } => {
                     when.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *expected as i64));
                     then.push(TxnOp::delete(key.clone(), None));
+                }
+                Companion::Update { key, value, expected } => {
+                    when.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *expected as i64));
+                    then.push(TxnOp::put(key.clone(), value.clone(), None));
                 }
             }
         }

@@ -61,6 +61,7 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         flow_control: Default::default(),
         service_network: Default::default(),
         address_repair: Duration::from_secs(1),
+        quota_sync: Duration::from_secs(2),
         member_ttl: Duration::from_secs(10),
         standalone: false,
         storage_contract: Default::default(),

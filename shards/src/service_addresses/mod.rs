@@ -21,7 +21,7 @@ use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::service_network::{self as net, ServiceNetwork};
 use shardplane_apimachinery::{meta, ApiError};
 use shardplane_http::storage_errors::status_of as storage_err;
-use shardplane_storage::{Companion, Kv, Primary, StorageError};
+use shardplane_storage::{Companion, StorageError};
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -298,7 +298,7 @@ async fn releases_of(shard: &Shard, ns: &str, name: &str, ips: &[IpAddr], ports:
 }
 
 /// The companions of a plan for the Service `ns/name`: a create per take, then the releases.
-fn companions(shard: &Shard, plan: &Plan, ns: &str, name: &str) -> Vec<Companion> {
+pub(crate) fn companions(shard: &Shard, plan: &Plan, ns: &str, name: &str) -> Vec<Companion> {
     if plan.takes.is_empty() {
         return plan.releases.clone();
     }
@@ -317,7 +317,7 @@ fn companions(shard: &Shard, plan: &Plan, ns: &str, name: &str) -> Vec<Companion
 
 /// After a collision on take `index`: picks another value for a take picked here (listing what
 /// is held once random picks keep colliding), or refuses one the client asked for.
-async fn pick_again(shard: &Shard, plan: &mut Plan, index: usize, svc: &mut Value) -> Result<(), ApiError> {
+pub(crate) async fn pick_again(shard: &Shard, plan: &mut Plan, index: usize, svc: &mut Value) -> Result<(), ApiError> {
     let take = plan.takes[index].clone();
     plan.collided.insert(take.value);
     if !take.dynamic {
@@ -364,30 +364,33 @@ async fn held_ports(shard: &Shard) -> Result<BTreeSet<u16>, StorageError> {
 
 /// Whether a Service write can commit its companions in its own transaction: the Service, its
 /// IPAddresses and node-port keys on one store (RFC 0008's contract moves neither by default).
-fn one_store(shard: &Shard) -> bool {
+pub(crate) fn one_store(shard: &Shard) -> bool {
     !shard.stores.is_overridden("", "services") && !shard.stores.is_overridden("networking.k8s.io", "ipaddresses")
 }
 
-/// Commits `primary` with `companions`: in one transaction, or, with the Service and its
-/// addresses on two stores, the creates first, then the object, then the deletes (a crash in
-/// between leaves a leak the repair loop reclaims, never a shared address).
-async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, companions: &[Companion]) -> Result<u64, StorageError> {
-    let store = shard.store(info);
-    if companions.is_empty() || one_store(shard) {
-        return store.commit(primary, companions).await;
+/// The store a companion of a Service write is on (with the Service's, or the IPAddresses').
+fn store_of<'a>(shard: &'a Shard, c: &Companion) -> &'a shardplane_storage::Storage {
+    if c.key().starts_with(shardplane_keyspace::etcd_layout::NODE_PORTS_PREFIX.as_bytes()) {
+        shard.store(&shard.builtin("", "services"))
+    } else {
+        shard.store(&shard.builtin("networking.k8s.io", "ipaddresses"))
     }
-    let ip_store = shard.store(&shard.builtin("networking.k8s.io", "ipaddresses"));
-    let store_of = |c: &Companion| if c.key().starts_with(shardplane_keyspace::etcd_layout::NODE_PORTS_PREFIX.as_bytes()) { store } else { ip_store };
+}
+
+/// With the Service and its addresses on two stores: creates the records `companions` take, one
+/// by one, before the Service is written (a collision is `CompanionConflict` at its index, and
+/// the records created so far are deleted again).
+pub(crate) async fn take_first(shard: &Shard, companions: &[Companion]) -> Result<(), StorageError> {
     let mut created = Vec::new();
     for (index, c) in companions.iter().enumerate() {
         if let Companion::Create { key, value } = c {
-            match store_of(c).create(key, value.clone()).await {
+            match store_of(shard, c).create(key, value.clone()).await {
                 Ok(_) => created.push(c),
                 Err(e) => {
                     for c in created {
-                        let (kv, _) = store_of(c).get(c.key()).await.unwrap_or((None, 0));
+                        let (kv, _) = store_of(shard, c).get(c.key()).await.unwrap_or((None, 0));
                         if let Some(kv) = kv {
-                            let _ = store_of(c).delete(c.key(), kv.mod_revision).await;
+                            let _ = store_of(shard, c).delete(c.key(), kv.mod_revision).await;
                         }
                     }
                     return Err(if matches!(e, StorageError::AlreadyExists) { StorageError::CompanionConflict { index } } else { e });
@@ -395,56 +398,35 @@ async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, companion
             }
         }
     }
-    let rev = store.commit(primary, &[]).await?;
+    Ok(())
+}
+
+/// With the Service and its addresses on two stores: deletes the records `companions` give back,
+/// after the Service is written (a crash before leaves a leak the repair loop reclaims, never a
+/// shared address).
+pub(crate) async fn release_after(shard: &Shard, companions: &[Companion]) {
     for c in companions {
         if let Companion::Delete { key, expected } = c {
-            let _ = store_of(c).delete(key, *expected).await;
-        }
-    }
-    Ok(rev)
-}
-
-/// Creates `obj` at `key` with what `plan` takes, picking again on a collision. The inner
-/// result is the store's answer for the object itself (`AlreadyExists` for a name in use).
-pub(crate) async fn create(shard: &Shard, info: &ResourceInfo, key: &[u8], obj: &mut Value, plan: Plan) -> Result<Result<u64, StorageError>, ApiError> {
-    write(shard, info, obj, plan, None, |value| Primary::Create { key: key.to_vec(), value }).await
-}
-
-/// Replaces the stored `kv` with `new` and what `plan` takes and gives back. A lost race on a
-/// key given back is a `Conflict` (the caller reads again and retries).
-pub(crate) async fn update(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, new: &mut Value, plan: Plan) -> Result<Result<u64, StorageError>, ApiError> {
-    write(shard, info, new, plan, Some(kv), |value| Primary::Update { key: key.to_vec(), value, expected: kv.mod_revision }).await
-}
-
-/// Writes `obj` (as `primary` makes the write of its stored bytes) with `plan`'s companions,
-/// picking again after a collision on a take; a lost race on a release is a `Conflict` with
-/// `read`, the entry the write replaces.
-async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Plan, read: Option<&Kv>, primary: impl Fn(Vec<u8>) -> Primary) -> Result<Result<u64, StorageError>, ApiError> {
-    let (ns, name) = (meta::meta_str(obj, "namespace").to_owned(), meta::meta_str(obj, "name").to_owned());
-    loop {
-        match commit(shard, info, &primary(stored_bytes(info, obj)), &companions(shard, &plan, &ns, &name)).await {
-            Err(StorageError::CompanionConflict { index }) if index < plan.takes.len() => pick_again(shard, &mut plan, index, obj).await?,
-            Err(StorageError::CompanionConflict { .. }) => return Ok(Err(StorageError::Conflict { current: read.cloned() })),
-            other => return Ok(other),
+            let _ = store_of(shard, c).delete(key, *expected).await;
         }
     }
 }
 
-/// Deletes the stored object `kv` (decoded: `old`) at `key`, giving back what a Service held in
-/// the same transaction. A lost race on a key given back is a `Conflict` with the object as it
-/// was read (the caller reads again and retries).
-pub(crate) async fn remove(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old: &Value) -> Result<u64, StorageError> {
+/// What the Service `old` holds, given back: a delete of each record that still names it.
+pub(crate) async fn releases_of_removed(shard: &Shard, info: &ResourceInfo, old: &Value) -> Result<Vec<Companion>, StorageError> {
     if !is_services(info) {
-        return shard.store(info).delete(key, kv.mod_revision).await;
+        return Ok(Vec::new());
     }
     let held = net::held(old);
     let ips: Vec<IpAddr> = held.ips.into_iter().collect();
     let ports: Vec<u16> = held.node_ports.into_iter().collect();
-    let releases = releases_of(shard, meta::meta_str(old, "namespace"), meta::meta_str(old, "name"), &ips, &ports).await?;
-    match commit(shard, info, &Primary::Delete { key: key.to_vec(), expected: kv.mod_revision }, &releases).await {
-        Err(StorageError::CompanionConflict { .. }) => Err(StorageError::Conflict { current: Some(kv.clone()) }),
-        other => other,
-    }
+    releases_of(shard, meta::meta_str(old, "namespace"), meta::meta_str(old, "name"), &ips, &ports).await
+}
+
+/// How many of a plan's companions are takes (a conflict on one of them is a collision to pick
+/// again after; past them, a release raced).
+pub(crate) fn takes(plan: &Plan) -> usize {
+    plan.takes.len()
 }
 
 /// Refuses, for a dry run, a value the client asked for that is held already (a dry run
