@@ -211,6 +211,7 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         service_network,
         address_repair: crate::service_addresses::repair::PERIOD,
         quota_sync: crate::resource_quota::controller::PERIOD,
+        disruption_sync: crate::disruption::PERIOD,
     };
     let shutdown = shutdown_on_signal();
     if std::env::var_os(EXIT_WITH_STDIN).is_some() {

@@ -1,7 +1,7 @@
 //! What admission reads of other objects (RFC 0011, "Admission plugins"): every object of the
 //! few configuration kinds upstream's admission plugins consult (priority classes, storage
 //! classes, ingress classes, runtime classes, limit ranges; the ServiceCIDRs Service
-//! addresses come from; the ResourceQuotas writes are charged to), followed from the store across the
+//! addresses come from; the ResourceQuotas writes are charged to; the PodDisruptionBudgets evictions ask), followed from the store across the
 //! whole hash space by the storage crate's informers.
 //!
 //! Bounded: a kind holds at most [`MAX_OBJECTS`] objects. Past that admission that needs the
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 pub const MAX_OBJECTS: usize = 10_000;
 
 /// The kinds followed: (group, plural).
-pub const KINDS: [(&str, &str); 7] = [
+pub const KINDS: [(&str, &str); 8] = [
     ("scheduling.k8s.io", "priorityclasses"),
     ("storage.k8s.io", "storageclasses"),
     ("networking.k8s.io", "ingressclasses"),
@@ -29,6 +29,8 @@ pub const KINDS: [(&str, &str); 7] = [
     ("networking.k8s.io", "servicecidrs"),
     // The quotas a write is charged to, and their controller's trigger (RFC 0014).
     ("", "resourcequotas"),
+    // The budgets an eviction asks, and their controller's trigger (RFC 0014).
+    ("policy", "poddisruptionbudgets"),
 ];
 
 /// The followed kinds.

@@ -17,6 +17,8 @@ mod converted;
 pub mod bootstrap;
 pub mod cli;
 pub mod crds;
+mod disruption;
+mod eviction;
 mod flow_control;
 mod garbage_collector;
 pub mod informer;

@@ -60,6 +60,8 @@ pub struct ShardConfig {
     /// How often every ResourceQuota's usage is counted again (RFC 0014; upstream's
     /// `--resource-quota-sync-period`).
     pub quota_sync: Duration,
+    /// How often every PodDisruptionBudget's status is counted again (RFC 0014).
+    pub disruption_sync: Duration,
 }
 
 /// Connects to etcd, starts the caches and background loops, and serves HTTP until `shutdown`.
@@ -85,6 +87,7 @@ pub async fn serve(config: ShardConfig, shutdown: CancellationToken, on_listen: 
     tokio::spawn(crate::garbage_collector::run(shard.clone(), config.namespace_sweep));
     tokio::spawn(crate::service_addresses::repair::run(shard.clone(), config.address_repair));
     tokio::spawn(crate::resource_quota::controller::run(shard.clone(), config.quota_sync));
+    tokio::spawn(crate::disruption::run(shard.clone(), config.disruption_sync));
     tokio::spawn(crate::bootstrap::bootstrap(shard.clone()));
     tokio::spawn(crate::rbac_aggregation::run(shard.clone()));
     let shard_for_members = shard.clone();
@@ -286,6 +289,7 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
         None | Some("scale") => {}
         Some("status") if t.info.has_status => {}
         Some("binding") if t.info.group.is_empty() && t.info.plural == "pods" => {}
+        Some("eviction") if t.info.group.is_empty() && t.info.plural == "pods" => {}
         Some("approval") if t.info.plural == "certificatesigningrequests" => {}
         Some("ephemeralcontainers") if t.info.group.is_empty() && t.info.plural == "pods" => {}
         Some(crate::kubelet::LOG | crate::kubelet::EXEC | crate::kubelet::ATTACH | crate::kubelet::PORTFORWARD | crate::kubelet::PROXY) if t.info.group.is_empty() && t.info.plural == "pods" => {
@@ -317,6 +321,13 @@ async fn resource(State(app): State<App>, ctx: RequestContext) -> Reply {
         return match (ctx.method.as_str(), name, create_only) {
             ("POST", Some(_), false) | ("POST", None, true) => Ok(crate::binding::bind(call).await?),
             (m, _, _) => Err(not_allowed(m).into()),
+        };
+    }
+    if t.subresource.as_deref() == Some("eviction") {
+        // Evicting a pod (RFC 0014): POST only.
+        return match (ctx.method.as_str(), name) {
+            ("POST", Some(_)) => Ok(crate::eviction::evict(call).await?),
+            (m, _) => Err(not_allowed(m).into()),
         };
     }
     if t.subresource.as_deref() == Some("scale") {

@@ -68,7 +68,14 @@ fn quota_contended(obj: &Value, charge: Option<&Companion>) -> ApiError {
 /// and what the object used of its quotas in the same transaction. A lost race on a key given
 /// back is a `Conflict` with the object as it was read (the caller reads again and retries).
 pub(crate) async fn remove(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old: &Value) -> Result<u64, StorageError> {
-    let releases = service_addresses::releases_of_removed(shard, info, old).await?;
+    remove_with(shard, info, key, kv, old, &[]).await
+}
+
+/// [`remove`] with `extra` keys written in the same transaction (an eviction's disruption
+/// budget, on the object's store); a lost race on one of them is a `Conflict` too.
+pub(crate) async fn remove_with(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old: &Value, extra: &[Companion]) -> Result<u64, StorageError> {
+    let mut releases = service_addresses::releases_of_removed(shard, info, old).await?;
+    releases.extend_from_slice(extra);
     let primary = Primary::Delete { key: key.to_vec(), expected: kv.mod_revision };
     let mut rounds = 0;
     loop {

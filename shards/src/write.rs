@@ -410,6 +410,58 @@ async fn patch_from(c: Call<'_>, mut source: Source) -> Reply {
     }
 }
 
+/// What a DELETE with `options` does to the stored `old`.
+pub(crate) enum Deletion {
+    /// The object goes now.
+    Remove,
+    /// It is marked for deletion already and the options change nothing: answered as it is.
+    Unchanged,
+    /// It is marked for deletion (this object written): its finalizers, the namespace
+    /// controller or its kubelet finish it.
+    Mark(Value),
+}
+
+/// Decides a DELETE of `old` (upstream's graceful deletion and finalizer rules): a namespace,
+/// a CRD, an object with finalizers (those it has, or the garbage collector's the options ask
+/// for) and a pod on a node (unless the grace period is 0) are marked; anything else goes.
+pub(crate) fn deletion(info: &ResourceInfo, old: &Value, parsed: &delete_options::DeleteOptions) -> Deletion {
+    let grace = parsed.grace_period_seconds;
+    let is_namespace = info.plural == "namespaces" && info.group.is_empty();
+    let graceful_pod = info.plural == "pods" && info.group.is_empty() && old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) && grace != Some(0);
+    let is_crd = shardplane_apimachinery::kind_rules::is_crd(info);
+    // The garbage collector's finalizers the options ask for (RFC 0014).
+    let existing = meta::finalizers(old);
+    let gc_finalizers = delete_options::finalizers_for_deletion(parsed, &existing);
+    let finalized_later = gc_finalizers.as_ref().map_or(!existing.is_empty(), |f| !f.is_empty());
+    if !(is_namespace || is_crd || finalized_later || graceful_pod) {
+        return Deletion::Remove;
+    }
+    let marked = old.pointer("/metadata/deletionTimestamp").is_some();
+    if marked && gc_finalizers.is_none() {
+        return Deletion::Unchanged;
+    }
+    let mut new = old.clone();
+    let m = meta::metadata_mut(&mut new);
+    if let Some(f) = gc_finalizers {
+        if f.is_empty() {
+            m.remove("finalizers");
+        } else {
+            m.insert("finalizers".into(), json!(f));
+        }
+    }
+    if !marked {
+        m.insert("deletionTimestamp".into(), Value::String(meta::now_rfc3339()));
+        m.insert("deletionGracePeriodSeconds".into(), json!(if graceful_pod { grace.unwrap_or(30) } else { 0 }));
+    }
+    if is_namespace {
+        new["status"]["phase"] = "Terminating".into();
+    }
+    if !marked {
+        crate::crds::mark_deleting(info, &mut new);
+    }
+    Deletion::Mark(new)
+}
+
 /// DELETE of one object, with DeleteOptions preconditions, finalizers and namespace lifecycle.
 pub async fn delete(c: Call<'_>) -> Reply {
     cache_first(c.query, "DeleteOptions", |source| delete_from(c, source)).await
@@ -437,7 +489,6 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
     // Typed as upstream decodes DeleteOptions: a field of the wrong type or range is a 400.
     let (grace_q, policy_q, orphan_q) = (form_value(query, "gracePeriodSeconds"), form_value(query, "propagationPolicy"), form_value(query, "orphanDependents"));
     let parsed = delete_options::parse(&opts, delete_options::QueryOptions { grace_period_seconds: grace_q.as_deref(), propagation_policy: policy_q.as_deref(), orphan_dependents: orphan_q.as_deref() })?;
-    let grace = parsed.grace_period_seconds;
     shardplane_apimachinery::admission::validate_delete(info, name)?;
     let ns = t.namespace.clone().unwrap_or_default();
     let key = shard.owned_key(info, &ns, name)?;
@@ -451,38 +502,13 @@ async fn delete_from(c: Call<'_>, mut source: Source) -> Reply {
         if let Some(p) = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str) && p != kv.mod_revision.to_string() {
             return Err(ApiError::conflict_msg(&info.group, &info.plural, name, &format!("Precondition failed: ResourceVersion in precondition: {p}, ResourceVersion in object meta: {}", kv.mod_revision)));
         }
-        let is_namespace = info.plural == "namespaces" && info.group.is_empty();
-        let graceful_pod = info.plural == "pods" && info.group.is_empty() && old.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty()) && grace != Some(0);
-        let is_crd = shardplane_apimachinery::kind_rules::is_crd(info);
-        // The garbage collector's finalizers the options ask for (RFC 0014).
-        let existing = meta::finalizers(&old);
-        let gc_finalizers = delete_options::finalizers_for_deletion(&parsed, &existing);
-        let finalized_later = gc_finalizers.as_ref().map_or(!existing.is_empty(), |f| !f.is_empty());
-        if is_namespace || is_crd || finalized_later || graceful_pod {
-            // Mark for deletion; finalizers (or the namespace controller, or a kubelet) finish it.
-            let marked = old.pointer("/metadata/deletionTimestamp").is_some();
-            if marked && gc_finalizers.is_none() {
-                return respond(StatusCode::OK, old, None);
-            }
-            let mut new = old.clone();
-            let m = meta::metadata_mut(&mut new);
-            if let Some(f) = gc_finalizers {
-                if f.is_empty() {
-                    m.remove("finalizers");
-                } else {
-                    m.insert("finalizers".into(), json!(f));
-                }
-            }
-            if !marked {
-                m.insert("deletionTimestamp".into(), Value::String(meta::now_rfc3339()));
-                m.insert("deletionGracePeriodSeconds".into(), json!(if graceful_pod { grace.unwrap_or(30) } else { 0 }));
-            }
-            if is_namespace {
-                new["status"]["phase"] = "Terminating".into();
-            }
-            if !marked {
-                crate::crds::mark_deleting(info, &mut new);
-            }
+        let new = match deletion(info, &old, &parsed) {
+            Deletion::Remove => None,
+            Deletion::Unchanged => return respond(StatusCode::OK, old, None),
+            Deletion::Mark(new) => Some(new),
+        };
+        if let Some(new) = new {
+            // Marked for deletion; finalizers (or the namespace controller, or a kubelet) finish it.
             if dry {
                 return respond(StatusCode::OK, new, None);
             }

@@ -2,7 +2,7 @@
 //! `gracePeriodSeconds` query parameter, read with upstream's types, so a field of the wrong type
 //! or out of its range is a 400 instead of an option silently dropped.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions;
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions;
 use serde_json::Value;
 
 use crate::ApiError;

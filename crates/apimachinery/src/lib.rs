@@ -30,6 +30,7 @@ pub mod conversion;
 pub mod crd;
 pub mod defaults;
 pub mod delete_options;
+pub mod disruption;
 pub mod encode;
 pub mod field_validation;
 pub mod formats;

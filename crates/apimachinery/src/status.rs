@@ -207,6 +207,18 @@ impl ApiError {
         Self::new(422, "Invalid", message)
     }
 
+    /// 429 TooManyRequests with causes (a disruption budget's refusal); a `retry_after` of 0
+    /// sends none.
+    pub fn too_many_requests_with(message: impl Into<String>, retry_after: u64, causes: Vec<StatusCause>) -> Self {
+        Self::new(429, "TooManyRequests", message).with_details(StatusDetails { retry_after_seconds: (retry_after > 0).then_some(retry_after), causes, ..Default::default() })
+    }
+
+    /// A failure with `code` and no reason: a Status an endpoint answers as its result (an
+    /// eviction of a pod under two budgets: 500).
+    pub fn failure(code: u16, message: impl Into<String>) -> Self {
+        Self::new(code, "", message)
+    }
+
     /// 429 TooManyRequests.
     pub fn too_many_requests(message: impl Into<String>, retry_after: u64) -> Self {
         Self::new(429, "TooManyRequests", message).with_details(StatusDetails { retry_after_seconds: Some(retry_after), ..Default::default() })

@@ -134,6 +134,7 @@ fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
         out.push(Subresource { name: "attach", kind: core("PodAttachOptions"), verbs: &["create", "get"] });
         out.push(Subresource { name: "binding", kind: core("Binding"), verbs: &["create"] });
         out.push(Subresource { name: "ephemeralcontainers", kind: own(), verbs: &["get", "patch", "update"] });
+        out.push(Subresource { name: "eviction", kind: ("policy".into(), "v1".into(), "Eviction".into()), verbs: &["create"] });
         out.push(Subresource { name: "exec", kind: core("PodExecOptions"), verbs: &["create", "get"] });
         out.push(Subresource { name: "log", kind: own(), verbs: &["get"] });
         out.push(Subresource { name: "portforward", kind: core("PodPortForwardOptions"), verbs: &["create", "get"] });

@@ -62,6 +62,7 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         service_network: Default::default(),
         address_repair: Duration::from_secs(1),
         quota_sync: Duration::from_secs(2),
+        disruption_sync: Duration::from_secs(1),
         member_ttl: Duration::from_secs(10),
         standalone: false,
         storage_contract: Default::default(),
