@@ -284,7 +284,9 @@ async fn finish_owners(shard: &Shard) -> Result<(), String> {
     if pending.is_empty() {
         return Ok(());
     }
-    // Dependents are on every shard: read them all at one revision.
+    // Dependents are on every shard: read them all at one revision. Objects being deleted in
+    // the foreground are noted with the owners they block, to find circles.
+    let mut waiting: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let resources = shard.resources();
     for info in resources.iter() {
         let (start, end) = etcd_layout::range_keys(info.storage_group(), &info.plural, HashRange::FULL);
@@ -295,6 +297,7 @@ async fn finish_owners(shard: &Shard) -> Result<(), String> {
         loop {
             let page = store.range_page(&from, &end, at, PAGE).await.map_err(|e| e.to_string())?;
             for kv in &page.kvs {
+                note_waiting(kv, &mut waiting);
                 dependent_of_pending(shard, info, kv, &mut pending).await;
             }
             match page.next {
@@ -303,6 +306,7 @@ async fn finish_owners(shard: &Shard) -> Result<(), String> {
             }
         }
     }
+    break_circles(shard, &pending, &waiting).await;
     for p in pending.values().filter(|p| p.remaining == 0) {
         // Both at once (an object can be given both by hand): foreground's wait covers orphaning's.
         let done = [(p.foreground, FOREGROUND_FINALIZER), (p.orphan, ORPHAN_FINALIZER)];
@@ -313,6 +317,64 @@ async fn finish_owners(shard: &Shard) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Notes an object being deleted in the foreground: its uid and the owners it blocks.
+fn note_waiting(kv: &Kv, waiting: &mut BTreeMap<String, BTreeSet<String>>) {
+    if memchr::memmem::find(&kv.value, FOREGROUND_FINALIZER.as_bytes()).is_none() {
+        return;
+    }
+    let Ok(obj) = serde_json::from_slice::<Value>(&kv.value) else { return };
+    if being_deleted(&obj) && meta::finalizers(&obj).contains(&FOREGROUND_FINALIZER) {
+        let blocks = owner_refs(&obj).into_iter().filter(|r| r.block).map(|r| r.uid).collect();
+        waiting.insert(meta::meta_str(&obj, "uid").to_owned(), blocks);
+    }
+}
+
+/// Upstream's circle breaking: an owner of this shard waiting for dependents that, through
+/// other objects waiting in the foreground, wait for it, would wait forever. Such an owner's
+/// own blocking references to owners that wait are made non-blocking (upstream does the same to
+/// an object whose owner waits and whose dependent waits), so each owner of the circle can
+/// finish once its dependents have gone. A chain without a circle is left in its order.
+async fn break_circles(shard: &Shard, pending: &BTreeMap<String, Pending>, waiting: &BTreeMap<String, BTreeSet<String>>) {
+    // Owner uid -> the waiting objects that block it.
+    let mut dependents: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (uid, owners) in waiting {
+        for o in owners {
+            dependents.entry(o.as_str()).or_default().push(uid.as_str());
+        }
+    }
+    for p in pending.values().filter(|p| p.foreground) {
+        let (mut stack, mut seen) = (vec![p.uid.as_str()], BTreeSet::new());
+        let mut circle = false;
+        while let Some(at) = stack.pop() {
+            for d in dependents.get(at).into_iter().flatten() {
+                if *d == p.uid {
+                    circle = true;
+                } else if seen.insert(*d) {
+                    stack.push(d);
+                }
+            }
+        }
+        let blocked: BTreeSet<&str> = waiting.get(&p.uid).into_iter().flatten().filter(|o| waiting.contains_key(*o)).map(String::as_str).collect();
+        if !circle || blocked.is_empty() {
+            continue;
+        }
+        tracing::info!(uid = %p.uid, "owner in a circle of foreground deletions: its references made non-blocking");
+        let unblock = |o: &mut Value| {
+            let mut changed = false;
+            for r in meta::metadata_mut(o).get_mut("ownerReferences").and_then(Value::as_array_mut).into_iter().flatten() {
+                if r["uid"].as_str().is_some_and(|u| blocked.contains(u)) && r["blockOwnerDeletion"] == true {
+                    r["blockOwnerDeletion"] = json!(false);
+                    changed = true;
+                }
+            }
+            changed
+        };
+        if let Err(e) = edit(shard, &p.info, &p.key, &p.uid, unblock).await {
+            tracing::debug!(uid = %p.uid, error = %e, "circle not broken this pass");
+        }
+    }
 }
 
 /// Handles one stored object that may be a dependent of a pending owner.
