@@ -78,26 +78,22 @@ def test_status_promptly_calculated(core, ns):
     assert qty(used["resourcequotas"]) == 1
 
 
-def test_capture_life_of_secret(core, ns):
-    """ResourceQuota should create a ResourceQuota and capture the life of a secret"""
-    before = len(core.list_namespaced_secret(ns).items)
+@pytest.mark.parametrize("kind", ["secret", "configMap"])
+def test_capture_life_of(core, ns, kind):
+    """ResourceQuota should create a ResourceQuota and capture the life of a secret / a configMap"""
+    resource, listed, create, delete, obj = {
+        "secret": ("secrets", core.list_namespaced_secret, core.create_namespaced_secret, core.delete_namespaced_secret,
+                   client.V1Secret(metadata=client.V1ObjectMeta(name="test-secret"), data={"a": "Yg=="})),
+        "configMap": ("configmaps", core.list_namespaced_config_map, core.create_namespaced_config_map, core.delete_namespaced_config_map,
+                      client.V1ConfigMap(metadata=client.V1ObjectMeta(name="test-cm"), data={"a": "b"})),
+    }[kind]
+    before = len(listed(ns).items)
     counted(core, ns)
-    wait_used(core, ns, "test-quota", {"secrets": str(before)})
-    core.create_namespaced_secret(ns, client.V1Secret(metadata=client.V1ObjectMeta(name="test-secret"), data={"a": "Yg=="}))
-    wait_used(core, ns, "test-quota", {"secrets": str(before + 1)})
-    core.delete_namespaced_secret("test-secret", ns)
-    wait_used(core, ns, "test-quota", {"secrets": str(before)})
-
-
-def test_capture_life_of_configmap(core, ns):
-    """ResourceQuota should create a ResourceQuota and capture the life of a configMap"""
-    before = len(core.list_namespaced_config_map(ns).items)
-    counted(core, ns)
-    wait_used(core, ns, "test-quota", {"configmaps": str(before)})
-    core.create_namespaced_config_map(ns, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="test-cm"), data={"a": "b"}))
-    wait_used(core, ns, "test-quota", {"configmaps": str(before + 1)})
-    core.delete_namespaced_config_map("test-cm", ns)
-    wait_used(core, ns, "test-quota", {"configmaps": str(before)})
+    wait_used(core, ns, "test-quota", {resource: str(before)})
+    create(ns, obj)
+    wait_used(core, ns, "test-quota", {resource: str(before + 1)})
+    delete(obj.metadata.name, ns)
+    wait_used(core, ns, "test-quota", {resource: str(before)})
 
 
 def test_capture_life_of_pod(core, ns):

@@ -14,7 +14,6 @@ use crate::write::stored_bytes;
 use serde_json::Value;
 use shardplane_apimachinery::{disruption, meta};
 use shardplane_keyspace::etcd_layout::{prefix_end, resource_prefix};
-use shardplane_keyspace::ObjectKey;
 use shardplane_storage::StorageError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -82,23 +81,14 @@ async fn expected_scale(shard: &Shard, pods: &[&Value]) -> Result<Option<i64>, S
 
 /// One pass over this shard's budgets; returns how many statuses were written.
 pub async fn pass(shard: &Shard) -> Result<usize, StorageError> {
-    let Ok(held) = shard.informers.objects("policy", "poddisruptionbudgets").await else { return Ok(0) };
-    let own: Vec<Arc<Value>> = held.into_iter().filter(|b| shard.owns(ObjectKey::new("policy", "poddisruptionbudgets", meta::meta_str(b, "namespace"), meta::meta_str(b, "name")).hash())).collect();
+    let own = crate::informer::owned(shard, "policy", "poddisruptionbudgets").await;
     if own.is_empty() {
         return Ok(0);
     }
     let info = shard.builtin("policy", "poddisruptionbudgets");
-    let store = shard.store(&info);
     // Each budget as it is now, read before the pods.
-    let mut read = Vec::new();
-    for b in &own {
-        let key = Shard::any_key(&info, meta::meta_str(b, "namespace"), meta::meta_str(b, "name"));
-        if let (Some(kv), _) = store.get(&key).await?
-            && let Ok(v) = serde_json::from_slice::<Value>(&kv.value)
-        {
-            read.push((key, kv.mod_revision, v));
-        }
-    }
+    let own: Vec<&Value> = own.iter().map(|b| &**b).collect();
+    let read = crate::informer::current(shard, &info, &own).await?;
     let namespaces: BTreeSet<String> = read.iter().map(|(_, _, b)| meta::meta_str(b, "namespace").to_owned()).collect();
     let pods_info = shard.builtin("", "pods");
     let prefix = resource_prefix(pods_info.storage_group(), &pods_info.plural);
@@ -114,7 +104,7 @@ pub async fn pass(shard: &Shard) -> Result<usize, StorageError> {
             continue;
         }
         pdb["status"] = status;
-        match store.update(&key, stored_bytes(&info, &pdb), revision).await {
+        match shard.store(&info).update(&key, stored_bytes(&info, &pdb), revision).await {
             Ok(_) => written += 1,
             // Counted down or changed since it was read: the next pass counts again.
             Err(StorageError::Conflict { .. }) => {}

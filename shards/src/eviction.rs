@@ -36,21 +36,11 @@ fn success() -> Reply {
 /// The budgets of the pod's namespace that cover it for an eviction, each with its revision:
 /// found through the informer, read from etcd (the compare is on the budget as it is now).
 async fn budgets(shard: &Shard, pod: &Value) -> Result<Vec<(Vec<u8>, u64, Value)>, ApiError> {
-    let ns = meta::meta_str(pod, "namespace");
     let held = shard.informers.objects("policy", "poddisruptionbudgets").await?;
     let info = shard.builtin("policy", "poddisruptionbudgets");
-    let mut out = Vec::new();
-    for name in held.iter().filter(|b| meta::meta_str(b, "namespace") == ns && disruption::covers(b, pod)).map(|b| meta::meta_str(b, "name").to_owned()) {
-        let key = Shard::any_key(&info, ns, &name);
-        let (kv, _) = shard.store(&info).get(&key).await.map_err(storage_err)?;
-        if let Some(kv) = kv
-            && let Ok(v) = serde_json::from_slice::<Value>(&kv.value)
-            && disruption::covers(&v, pod)
-        {
-            out.push((key, kv.mod_revision, v));
-        }
-    }
-    Ok(out)
+    let covering: Vec<&Value> = held.iter().map(|b| &**b).filter(|b| disruption::covers(b, pod)).collect();
+    let read = crate::informer::current(shard, &info, &covering).await.map_err(storage_err)?;
+    Ok(read.into_iter().filter(|(_, _, b)| disruption::covers(b, pod)).collect())
 }
 
 /// Deletes the pod as the options say (marked, or gone) with `extra` keys in the same

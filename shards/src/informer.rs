@@ -58,3 +58,27 @@ impl Informers {
         self.0.subscribe(group, plural).ok()
     }
 }
+
+/// The held objects of (group, plural) whose keys are in `shard`'s ranges: the ones a
+/// per-shard controller looks after (an empty list while the kind cannot be read).
+pub(crate) async fn owned(shard: &crate::shard::Shard, group: &str, plural: &str) -> Vec<Arc<serde_json::Value>> {
+    use shardplane_apimachinery::meta::meta_str;
+    let Ok(held) = shard.informers.objects(group, plural).await else { return Vec::new() };
+    held.into_iter().filter(|o| shard.owns(shardplane_keyspace::ObjectKey::new(group, plural, meta_str(o, "namespace"), meta_str(o, "name")).hash())).collect()
+}
+
+/// Each of `objects` (of `info`) as etcd holds it now: its key, revision and value, for a
+/// decision that must compare on the current revision; objects gone since are left out.
+pub(crate) async fn current(shard: &crate::shard::Shard, info: &shardplane_apimachinery::resources::ResourceInfo, objects: &[&serde_json::Value]) -> Result<Vec<(Vec<u8>, u64, serde_json::Value)>, shardplane_storage::StorageError> {
+    use shardplane_apimachinery::meta::meta_str;
+    let mut out = Vec::new();
+    for o in objects.iter().copied() {
+        let key = crate::shard::Shard::any_key(info, meta_str(o, "namespace"), meta_str(o, "name"));
+        if let (Some(kv), _) = shard.store(info).get(&key).await?
+            && let Ok(v) = serde_json::from_slice::<serde_json::Value>(&kv.value)
+        {
+            out.push((key, kv.mod_revision, v));
+        }
+    }
+    Ok(out)
+}

@@ -105,7 +105,9 @@ async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, addresses
     }
     let store = shard.store(info);
     let with_object: &[Companion] = if quota_together { charges } else { &[] };
-    if addresses.is_empty() || service_addresses::one_store(shard) {
+    // Only a Service's address records can be on another store (an eviction's budget is passed
+    // here only when it shares the object's).
+    if addresses.is_empty() || !service_addresses::is_services(info) || service_addresses::one_store(shard) {
         let all: Vec<Companion> = addresses.iter().chain(with_object).cloned().collect();
         return store.commit(primary, &all).await;
     }

@@ -6,12 +6,12 @@
 
 mod common;
 
-use common::{send_signal, spawn};
+use common::{send_signal, until_definite, Topology};
 use futures::stream::{self, StreamExt};
-use serde_json::{json, Value};
+use serde_json::json;
 use shardplane_testkit::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NS: &str = "evict";
 const PODS: usize = 30;
@@ -19,26 +19,6 @@ const MIN_AVAILABLE: usize = 20;
 const CLIENTS: usize = 8;
 /// The kill comes after this many answers.
 const KILL_AFTER: usize = 6;
-
-/// Sends `send` until a definite answer: answers while a shard is down (5xx, a dropped
-/// connection) are retried and counted in `retried`.
-async fn until_definite<F, Fut>(what: &str, retried: &AtomicUsize, definite: &[u16], send: F) -> (u16, Value)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = (u16, Value)>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (code, body) = send().await;
-        if definite.contains(&code) {
-            return (code, body);
-        }
-        assert!(Instant::now() < deadline, "{what}: no answer: {code} {body}");
-        assert!(code == 0 || code >= 500, "{what}: {code} {body}");
-        retried.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn pods_left(router: &TestShard) -> usize {
     let (code, list) = router.get(&format!("/api/v1/namespaces/{NS}/pods")).await;
@@ -49,12 +29,8 @@ async fn pods_left(router: &TestShard) -> usize {
 #[tokio::test]
 async fn a_shard_killed_mid_evictions_never_overspends_the_budget() {
     let etcd = Etcd::start().await;
-    let dir = std::env::temp_dir().join(format!("shardplane-evict-kill-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "4", "--listen", "127.0.0.1:0", "--insecure-plain-http", "--kubeconfig", kubeconfig.to_str().unwrap()]);
-    let router = TestShard::attach(started.url(), started.addr.parse().unwrap());
-    wait_for(Duration::from_secs(60), || async { router.get("/api/v1/namespaces/default").await.0 == 200 }).await;
+    let topology = Topology::start(&etcd.endpoint, 4, &[]).await;
+    let (started, router) = (&topology.started, &topology.router);
     router.namespace(NS).await;
     for i in 0..PODS {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("web-{i}"), "labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
@@ -72,7 +48,7 @@ async fn a_shard_killed_mid_evictions_never_overspends_the_budget() {
     let (answered, killed, retried, refused) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
     stream::iter(0..PODS)
         .for_each_concurrent(CLIENTS, |i| {
-            let (router, answered, killed, retried, refused) = (&router, &answered, &killed, &retried, &refused);
+            let (answered, killed, retried, refused) = (&answered, &killed, &retried, &refused);
             async move {
                 let name = format!("web-{i}");
                 let at = format!("/api/v1/namespaces/{NS}/pods/{name}/eviction");
@@ -92,12 +68,10 @@ async fn a_shard_killed_mid_evictions_never_overspends_the_budget() {
     assert_eq!(killed.load(Ordering::SeqCst), 1, "the shard was killed");
     eprintln!("answers retried while the shard was down: {}; refused by the budget: {}", retried.load(Ordering::SeqCst), refused.load(Ordering::SeqCst));
     // Exactly the budget's ten went, and the budget, counted again, allows nothing more.
-    assert_eq!(pods_left(&router).await, MIN_AVAILABLE);
+    assert_eq!(pods_left(router).await, MIN_AVAILABLE);
     assert_eq!(refused.load(Ordering::SeqCst), MIN_AVAILABLE);
     wait_for(Duration::from_secs(30), || async {
         let s = router.get(&path).await.1["status"].clone();
         s["currentHealthy"] == MIN_AVAILABLE && s["disruptionsAllowed"] == 0 && s.get("disruptedPods").is_none()
     }).await;
-    drop(started);
-    let _ = std::fs::remove_dir_all(&dir);
 }

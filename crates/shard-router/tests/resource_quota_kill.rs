@@ -7,13 +7,13 @@
 
 mod common;
 
-use common::{send_signal, spawn};
+use common::{send_signal, until_definite, Topology};
 use futures::stream::{self, StreamExt};
 use serde_json::{json, Value};
 use shardplane_storage::Storage;
 use shardplane_testkit::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const NS: &str = "quota";
 const PODS: usize = 120;
@@ -21,26 +21,6 @@ const LIMIT: usize = 50;
 const CLIENTS: usize = 8;
 /// The kill comes after this many answers.
 const KILL_AFTER: usize = 20;
-
-/// Sends `send` until a definite answer (`definite` says which): answers while a shard is down
-/// (5xx, 429, a dropped connection) are retried and counted in `retried`.
-async fn until_definite<F, Fut>(what: &str, retried: &AtomicUsize, definite: &[u16], send: F) -> (u16, Value)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = (u16, Value)>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (code, body) = send().await;
-        if definite.contains(&code) {
-            return (code, body);
-        }
-        assert!(Instant::now() < deadline, "{what}: no answer: {code} {body}");
-        assert!(code == 0 || code >= 500 || code == 429, "{what}: {code} {body}");
-        retried.fetch_add(1, Ordering::SeqCst);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 /// The pods of the namespace and the quota's usage, read from etcd at one revision.
 async fn read(storage: &Storage) -> (usize, Value) {
@@ -56,12 +36,8 @@ async fn read(storage: &Storage) -> (usize, Value) {
 #[tokio::test]
 async fn a_shard_killed_mid_creates_never_lets_a_namespace_pass_its_quota() {
     let etcd = Etcd::start().await;
-    let dir = std::env::temp_dir().join(format!("shardplane-quota-kill-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "4", "--listen", "127.0.0.1:0", "--insecure-plain-http", "--kubeconfig", kubeconfig.to_str().unwrap()]);
-    let router = TestShard::attach(started.url(), started.addr.parse().unwrap());
-    wait_for(Duration::from_secs(60), || async { router.get("/api/v1/namespaces/default").await.0 == 200 }).await;
+    let topology = Topology::start(&etcd.endpoint, 4, &[]).await;
+    let (started, router) = (&topology.started, &topology.router);
     router.namespace(NS).await;
     let (code, body) = router.post(&format!("/api/v1/namespaces/{NS}/resourcequotas"), &json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "pods"}, "spec": {"hard": {"pods": LIMIT.to_string()}}})).await;
     assert_eq!(code, 201, "{body}");
@@ -71,7 +47,7 @@ async fn a_shard_killed_mid_creates_never_lets_a_namespace_pass_its_quota() {
     let (answered, killed, retried, refused) = (AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
     stream::iter(0..PODS)
         .for_each_concurrent(CLIENTS, |i| {
-            let (router, answered, killed, retried, refused) = (&router, &answered, &killed, &retried, &refused);
+            let (answered, killed, retried, refused) = (&answered, &killed, &retried, &refused);
             async move {
                 let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("p{i}")}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
                 let path = format!("/api/v1/namespaces/{NS}/pods");
@@ -98,7 +74,7 @@ async fn a_shard_killed_mid_creates_never_lets_a_namespace_pass_its_quota() {
     let names: Vec<String> = (0..PODS).map(|i| format!("p{i}")).collect();
     stream::iter(&names)
         .for_each_concurrent(CLIENTS, |n| {
-            let (router, retried) = (&router, &retried);
+            let retried = &retried;
             async move {
                 let path = format!("/api/v1/namespaces/{NS}/pods/{n}");
                 until_definite(n, retried, &[200, 404], || router.delete(&path, None)).await;
@@ -107,6 +83,4 @@ async fn a_shard_killed_mid_creates_never_lets_a_namespace_pass_its_quota() {
         .await;
     let (pods, used) = read(&storage).await;
     assert_eq!((pods, used), (0, json!({"pods": "0"})));
-    drop(started);
-    let _ = std::fs::remove_dir_all(&dir);
 }

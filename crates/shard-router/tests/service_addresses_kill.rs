@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{send_signal, spawn};
+use common::{send_signal, Topology};
 use futures::stream::{self, StreamExt};
 use serde_json::{json, Value};
 use shardplane_keyspace::etcd_layout::{prefix_end, NODE_PORTS_PREFIX};
@@ -82,12 +82,8 @@ fn consistent((svc_ips, svc_ports, ip_holders, port_holders): &Holdings) -> bool
 #[tokio::test]
 async fn a_shard_killed_mid_creates_leaves_no_address_shared_or_leaked() {
     let etcd = Etcd::start().await;
-    let dir = std::env::temp_dir().join(format!("shardplane-svc-kill-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "4", "--listen", "127.0.0.1:0", "--insecure-plain-http", "--kubeconfig", kubeconfig.to_str().unwrap(),
-        "--service-cluster-ip-range", "10.100.0.0/24", "--service-node-port-range", "30000-30299"]);
-    let router = TestShard::attach(started.url(), started.addr.parse().unwrap());
+    let topology = Topology::start(&etcd.endpoint, 4, &["--service-cluster-ip-range", "10.100.0.0/24", "--service-node-port-range", "30000-30299"]).await;
+    let (started, router) = (&topology.started, &topology.router);
     wait_for(Duration::from_secs(60), || async { router.get("/api/v1/namespaces/default/services/kubernetes").await.0 == 200 }).await;
     let victim = started.shards[1].0;
     let done = AtomicUsize::new(0);
@@ -95,7 +91,7 @@ async fn a_shard_killed_mid_creates_leaves_no_address_shared_or_leaked() {
     let refused = AtomicUsize::new(0);
     stream::iter(0..SERVICES)
         .for_each_concurrent(CLIENTS, |i| {
-            let (router, done, killed, refused) = (&router, &done, &killed, &refused);
+            let (done, killed, refused) = (&done, &killed, &refused);
             async move {
                 create(router, &format!("s{i}"), refused).await;
                 if done.fetch_add(1, Ordering::SeqCst) + 1 == KILL_AFTER && killed.fetch_add(1, Ordering::SeqCst) == 0 {
@@ -121,6 +117,4 @@ async fn a_shard_killed_mid_creates_leaves_no_address_shared_or_leaked() {
     assert_eq!(svc_ports.len(), SERVICES);
     assert_eq!(svc_ips.values().collect::<BTreeSet<_>>().len(), SERVICES + 1, "an address given twice");
     assert_eq!(svc_ports.values().collect::<BTreeSet<_>>().len(), SERVICES, "a node port given twice");
-    drop(started);
-    let _ = std::fs::remove_dir_all(&dir);
 }

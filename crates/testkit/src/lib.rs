@@ -4,7 +4,7 @@
 //! the store a test talks to ([`Etcd`]: a real etcd 3.5 process on a free loopback port with
 //! its data on tmpfs, or the embedded store), shards and routers served in-process on free
 //! ports ([`TestShard`], with `SHARDPLANE_ROUTER_SHARDS=K` a router over K shards), kubectl
-//! ([`Kubectl`]), the client-go and Python client runners ([`build_go_program`], [`run_python`]),
+//! ([`Kubectl`]), workload objects as their controllers make them ([`deployment_family`]), the client-go and Python client runners ([`build_go_program`], [`run_python`]),
 //! watch readers, and etcd's own history of a resource to compare streams with
 //! ([`etcd_history`]). Everything is torn down on drop.
 //!
@@ -23,11 +23,13 @@ mod clients;
 mod etcd;
 mod history;
 mod kubectl;
+mod workloads;
 
 pub use clients::*;
 pub use etcd::*;
 pub use history::*;
 pub use kubectl::*;
+pub use workloads::*;
 
 /// A shard served in-process (or, with `SHARDPLANE_ROUTER_SHARDS=K`, a router in front of K).
 pub struct TestShard {

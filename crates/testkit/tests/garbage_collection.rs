@@ -12,32 +12,6 @@ const NS: &str = "gc";
 const DEPLOYMENTS: usize = 100;
 const T: Duration = Duration::from_secs(90);
 
-fn owner_ref(kind: &str, api_version: &str, obj: &Value, block: bool) -> Value {
-    json!({"apiVersion": api_version, "kind": kind, "name": obj["metadata"]["name"], "uid": obj["metadata"]["uid"], "controller": true, "blockOwnerDeletion": block})
-}
-
-fn template(app: &str) -> Value {
-    json!({"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
-}
-
-/// A Deployment with one ReplicaSet and two Pods, each owned as the controllers would own them.
-async fn family(router: &TestShard, name: &str) -> Value {
-    let (code, d) = router.post(&format!("/apis/apps/v1/namespaces/{NS}/deployments"), &json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name}, "spec": {"selector": {"matchLabels": {"app": name}}, "template": template(name)}})).await;
-    assert_eq!(code, 201, "{d}");
-    let (code, rs) = router.post(&format!("/apis/apps/v1/namespaces/{NS}/replicasets"), &json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": format!("{name}-rs"), "ownerReferences": [owner_ref("Deployment", "apps/v1", &d, true)]}, "spec": {"selector": {"matchLabels": {"app": name}}, "template": template(name)}})).await;
-    assert_eq!(code, 201, "{rs}");
-    for i in 0..2 {
-        let mut pod = template(name);
-        pod["apiVersion"] = json!("v1");
-        pod["kind"] = json!("Pod");
-        pod["metadata"]["name"] = json!(format!("{name}-rs-{i}"));
-        pod["metadata"]["ownerReferences"] = json!([owner_ref("ReplicaSet", "apps/v1", &rs, true)]);
-        let (code, p) = router.post(&format!("/api/v1/namespaces/{NS}/pods"), &pod).await;
-        assert_eq!(code, 201, "{p}");
-    }
-    d
-}
-
 async fn names(router: &TestShard, path: &str) -> Vec<Value> {
     let (code, list) = router.get(path).await;
     assert_eq!(code, 200, "{list}");
@@ -50,7 +24,7 @@ async fn delete_all(policy: &str) -> (TestShard, BTreeMap<(String, String), u64>
     let (etcd, shards, router) = routed_cluster(4).await;
     router.namespace(NS).await;
     let prefix = policy.to_lowercase();
-    let made: Vec<Value> = stream::iter(0..DEPLOYMENTS).map(|i| { let r = &router; let n = format!("{prefix}-{i}"); async move { family(r, &n).await } }).buffer_unordered(16).collect().await;
+    let made: Vec<Value> = stream::iter(0..DEPLOYMENTS).map(|i| { let r = &router; let n = format!("{prefix}-{i}"); async move { deployment_family(r, NS, &n).await } }).buffer_unordered(16).collect().await;
     assert_eq!(made.len(), DEPLOYMENTS);
     let (_, list) = router.get(&format!("/api/v1/namespaces/{NS}/pods")).await;
     let from = list["metadata"]["resourceVersion"].as_str().unwrap().to_owned();

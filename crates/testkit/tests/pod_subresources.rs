@@ -69,5 +69,5 @@ async fn kubelet_subresources_and_ephemeral_containers() {
     assert_eq!((code, kept["spec"]["ephemeralContainers"].as_array().map(Vec::len)), (200, Some(1)), "{kept}");
     let (_, discovery) = router.get("/api/v1").await;
     let subs: Vec<&str> = discovery["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).filter(|n| n.starts_with("pods/")).collect();
-    assert_eq!(subs, ["pods/attach", "pods/binding", "pods/ephemeralcontainers", "pods/exec", "pods/log", "pods/portforward", "pods/proxy", "pods/status"]);
+    assert_eq!(subs, ["pods/attach", "pods/binding", "pods/ephemeralcontainers", "pods/eviction", "pods/exec", "pods/log", "pods/portforward", "pods/proxy", "pods/status"]);
 }

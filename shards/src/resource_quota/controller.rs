@@ -15,7 +15,6 @@ use crate::write::stored_bytes;
 use serde_json::Value;
 use shardplane_apimachinery::{meta, quota};
 use shardplane_keyspace::etcd_layout::{prefix_end, resource_prefix};
-use shardplane_keyspace::ObjectKey;
 use shardplane_storage::StorageError;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -51,36 +50,23 @@ pub async fn run(shard: Arc<Shard>, period: Duration) {
     }
 }
 
-/// This shard's quotas as the informer holds them.
-async fn own_quotas(shard: &Shard) -> Vec<Arc<Value>> {
-    let Ok(held) = shard.informers.objects("", "resourcequotas").await else { return Vec::new() };
-    held.into_iter().filter(|q| shard.owns(ObjectKey::new("", "resourcequotas", meta::meta_str(q, "namespace"), meta::meta_str(q, "name")).hash())).collect()
-}
-
 /// Whether a quota of this shard has a status not yet written for its spec.
 async fn needs_count(shard: &Shard) -> bool {
-    own_quotas(shard).await.iter().any(|q| quota::status_stale(q))
+    crate::informer::owned(shard, "", "resourcequotas").await.iter().any(|q| quota::status_stale(q))
 }
 
 /// One pass: counts this shard's quotas whose status is stale (all of them when `full`) and
 /// writes each status that differs. Returns how many were written.
 pub async fn pass(shard: &Shard, full: bool) -> Result<usize, StorageError> {
-    let due: Vec<Arc<Value>> = own_quotas(shard).await.into_iter().filter(|q| full || quota::status_stale(q)).collect();
+    let due: Vec<Arc<Value>> = crate::informer::owned(shard, "", "resourcequotas").await.into_iter().filter(|q| full || quota::status_stale(q)).collect();
     if due.is_empty() {
         return Ok(0);
     }
     let info = shard.builtin("", "resourcequotas");
     let store = shard.store(&info);
     // Each quota as it is now, read before the objects it counts.
-    let mut read = Vec::new();
-    for q in &due {
-        let key = Shard::any_key(&info, meta::meta_str(q, "namespace"), meta::meta_str(q, "name"));
-        if let (Some(kv), _) = store.get(&key).await?
-            && let Ok(v) = serde_json::from_slice::<Value>(&kv.value)
-        {
-            read.push((key, kv.mod_revision, v));
-        }
-    }
+    let due: Vec<&Value> = due.iter().map(|q| &**q).collect();
+    let read = crate::informer::current(shard, &info, &due).await?;
     let wanted: BTreeSet<(String, String)> = read.iter().flat_map(|(_, _, q)| quota::counted_resources(q)).collect();
     let namespaces: BTreeSet<String> = read.iter().map(|(_, _, q)| meta::meta_str(q, "namespace").to_owned()).collect();
     // Every object of each counted resource in those namespaces, read after the quotas.

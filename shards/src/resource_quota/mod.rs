@@ -52,24 +52,19 @@ pub(crate) async fn charges(shard: &Shard, info: &ResourceInfo, old: Option<&Val
     }
     let ns = meta::meta_str(obj, "namespace");
     let held = shard.informers.objects("", "resourcequotas").await.map_err(Refused::Unavailable)?;
-    let names: Vec<String> = held.iter().filter(|q| meta::meta_str(q, "namespace") == ns).map(|q| meta::meta_str(q, "name").to_owned()).collect();
-    if names.is_empty() {
+    let in_ns: Vec<&Value> = held.iter().filter(|q| meta::meta_str(q, "namespace") == ns).map(|q| &**q).collect();
+    if in_ns.is_empty() {
         return Ok(Vec::new());
     }
     let quota_info = shard.builtin("", "resourcequotas");
-    let store = shard.store(&quota_info);
     let mut out = Vec::new();
-    for name in names {
-        let key = Shard::any_key(&quota_info, ns, &name);
-        let (kv, _) = store.get(&key).await.map_err(|e| Refused::Unavailable(storage_err(e)))?;
-        let Some(kv) = kv else { continue };
-        let Ok(mut q) = serde_json::from_slice::<Value>(&kv.value) else { continue };
+    for (key, revision, mut q) in crate::informer::current(shard, &quota_info, &in_ns).await.map_err(|e| Refused::Unavailable(storage_err(e)))? {
         match quota::charge(&q, &info.group, &info.plural, old, new) {
             Decision::Unchanged => {}
             Decision::Refuse(why) => return Err(Refused::Quota(ApiError::forbidden(&info.group, &info.plural, meta::meta_str(obj, "name"), &why))),
             Decision::Charge(used) => {
                 q["status"]["used"] = Value::Object(used);
-                out.push(Companion::Update { key, value: stored_bytes(&quota_info, &q), expected: kv.mod_revision });
+                out.push(Companion::Update { key, value: stored_bytes(&quota_info, &q), expected: revision });
             }
         }
     }

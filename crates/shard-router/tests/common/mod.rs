@@ -108,3 +108,53 @@ pub fn listening_ports(pid: u32) -> Vec<u16> {
         })
         .collect()
 }
+
+/// `shard-router --shards k` processes on etcd at `etcd` (with `extra` flags), its kubeconfig in a
+/// directory removed when this is dropped, and a client for it once it serves `default`.
+pub struct Topology {
+    pub started: Started,
+    pub router: shardplane_testkit::TestShard,
+    dir: std::path::PathBuf,
+}
+
+impl Topology {
+    pub async fn start(etcd: &str, k: u32, extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("shardplane-topology-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        let shards = k.to_string();
+        let mut args = vec!["--etcd-endpoints", etcd, "--shards", &shards, "--listen", "127.0.0.1:0", "--insecure-plain-http", "--kubeconfig", kubeconfig.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let started = spawn(&args);
+        let router = shardplane_testkit::TestShard::attach(started.url(), started.addr.parse().unwrap());
+        shardplane_testkit::wait_for(std::time::Duration::from_secs(60), || async { router.get("/api/v1/namespaces/default").await.0 == 200 }).await;
+        Self { started, router, dir }
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sends `send` until its answer's code is one of `definite`; answers while a shard is down (5xx,
+/// 429, a dropped connection: code 0) are retried and counted in `retried`; anything else fails
+/// the test.
+pub async fn until_definite<F, Fut>(what: &str, retried: &std::sync::atomic::AtomicUsize, definite: &[u16], send: F) -> (u16, serde_json::Value)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = (u16, serde_json::Value)>,
+{
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let (code, body) = send().await;
+        if definite.contains(&code) {
+            return (code, body);
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: no answer: {code} {body}");
+        assert!(code == 0 || code >= 500 || code == 429, "{what}: {code} {body}");
+        retried.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
