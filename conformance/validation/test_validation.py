@@ -631,9 +631,19 @@ def create(raw, path, body):
 
 
 def replace(raw, path, obj, change):
-    new = copy.deepcopy(obj)
-    change(new)
-    return raw.json("PUT", f"{path}/{obj['metadata']['name']}", new)
+    """PUTs `obj` changed by `change`; on a 409 (a controller wrote the object meanwhile, as
+    the quota controller writes a new quota's status) reads it again and retries, as clients
+    do (client-go's RetryOnConflict)."""
+    at = f"{path}/{obj['metadata']['name']}"
+    for _ in range(5):
+        new = copy.deepcopy(obj)
+        change(new)
+        status, answer = raw.json("PUT", at, new)
+        if status != 409:
+            return status, answer
+        status, obj = raw.json("GET", at)
+        assert status == 200, obj
+    return status, answer
 
 
 def deployment(name):
