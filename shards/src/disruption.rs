@@ -23,8 +23,13 @@ use std::time::Duration;
 /// changes without a change to any budget).
 pub const PERIOD: Duration = Duration::from_secs(5);
 
-/// Counts this shard's budgets at every change of a budget and every `period`, until the shard
-/// stops.
+/// How long a pass waits after a budget's change for the changes that come with it (a burst of
+/// evictions each changes a budget): at most a few passes a second, each of which lists the
+/// store's pods.
+const COALESCE: Duration = Duration::from_millis(250);
+
+/// Counts this shard's budgets at every change of a budget (a burst coalesced) and every
+/// `period`, until the shard stops.
 pub async fn run(shard: Arc<Shard>, period: Duration) {
     let Some(mut changes) = shard.informers.subscribe("policy", "poddisruptionbudgets") else { return };
     loop {
@@ -34,7 +39,7 @@ pub async fn run(shard: Arc<Shard>, period: Duration) {
             Err(e) => tracing::warn!(shard = %shard.id, error = %e, "disruption budget count failed; the next pass retries"),
         }
         tokio::select! {
-            _ = changes.changed() => {}
+            _ = changes.changed() => tokio::time::sleep(COALESCE).await,
             _ = tokio::time::sleep(period) => {}
             _ = shard.shutdown.cancelled() => return,
         }
