@@ -35,7 +35,7 @@ pub fn cache_err(e: CacheError, continuing: bool) -> ApiError {
 /// Builds the cache filter for a LIST or WATCH: the client's selectors, and while the shard
 /// holds a range it does not own (loading or draining one, RFC 0006), only what it owns.
 pub fn filter(shard: &Shard, t: &Target, o: &ListOptions) -> Filter {
-    Filter { namespace: t.namespace.clone(), labels: o.label_selector.clone(), fields: o.field_selector.clone(), shard: o.shard_selector.clone(), owned: shard.owned_filter(&t.info) }
+    Filter { namespace: t.namespace.clone(), labels: o.label_selector.clone(), fields: o.field_selector.clone(), shard: o.shard_selector.clone(), owned: shard.owned_filter(&t.info), index: o.index.clone() }
 }
 
 /// GET of one object, from the cache (RV unset: after a consistent read, as fresh as etcd).

@@ -19,7 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 /// Chunks buffered between the cache and the connection; past it the cache closes the watcher.
 const CONNECTION_BUFFER: usize = 64;
 
-use shardplane_apimachinery::watch_event::{bookmark, line as event_line};
+use shardplane_apimachinery::watch_event::{addressed_line, bookmark, line as event_line};
 
 fn error_line(e: &ApiError) -> Bytes {
     event_line("ERROR", &e.to_json())
@@ -99,6 +99,13 @@ pub async fn watch(shard: Arc<Shard>, t: Target, o: ListOptions, view: View) -> 
                             last_rv = last_rv.max(obj.rv);
                             metrics.watch_events.with_label_values(&labels).inc();
                             event(&info, view, kind.as_str(), &obj.bytes, obj.rv)
+                        }
+                        WatchMsg::Addressed(rv, to) => {
+                            // A router's indexed stream (RFC 0015): one line, each value's event.
+                            last_rv = last_rv.max(rv);
+                            metrics.watch_events.with_label_values(&labels).inc_by(to.len() as u64);
+                            let events: Vec<(&str, Bytes)> = to.iter().map(|a| (&*a.to, event(&info, view, a.kind.as_str(), &a.object.bytes, a.object.rv))).collect();
+                            addressed_line(rv, &events)
                         }
                         WatchMsg::Progress(rv) => {
                             last_rv = last_rv.max(rv);

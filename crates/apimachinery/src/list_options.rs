@@ -58,6 +58,10 @@ pub struct ListOptions {
     /// `progressBookmarks=always` (shardplane, for routers): send a BOOKMARK as soon as the
     /// synced revision advances, in-band after the events it covers. Needs allowWatchBookmarks.
     pub eager_progress: bool,
+    /// `watchIndex=FIELD` (shardplane, for routers; RFC 0015): every event addressed to the
+    /// value(s) of FIELD it concerns, for a router to hand to the watchers of each value. Only on
+    /// a watch that starts after a resourceVersion.
+    pub index: Option<String>,
 }
 
 /// A boolean query parameter as kube-apiserver's parameter codec reads it: `0` and `false` (in
@@ -123,6 +127,11 @@ impl ListOptions {
                 "allowWatchBookmarks" => o.allow_bookmarks = query_flag(&v),
                 "sendInitialEvents" => o.send_initial_events = Some(query_flag(&v)),
                 "progressBookmarks" => o.eager_progress = v == "always",
+                "watchIndex" => {
+                    let field = crate::conversion::field_label(resource, &v).filter(|f| resource.supports_field(f));
+                    let Some(field) = field else { return Err(ApiError::bad_request(format!("watchIndex: field label not supported: {v}"))) };
+                    o.index = Some(field.into_owned());
+                }
                 "timeoutSeconds" => {
                     let n: i64 = v.parse().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: strconv.ParseInt: parsing {v:?}: invalid syntax")))?;
                     o.timeout_seconds = (n > 0).then_some(n as u64);
@@ -152,10 +161,16 @@ impl ListOptions {
                 }
                 _ => {}
             }
+            if self.index.is_some() && !matches!(self.watch_start(), WatchStart::After(_)) {
+                return Err(ApiError::bad_request("watchIndex needs a watch that starts after a resourceVersion"));
+            }
             if self.send_initial_events == Some(true) && !self.allow_bookmarks {
                 return Err(list_options_invalid("allowWatchBookmarks", "FieldValueForbidden", "allowWatchBookmarks must be set to true when sendInitialEvents is set to true"));
             }
             return Ok(());
+        }
+        if self.index.is_some() {
+            return Err(ApiError::bad_request("watchIndex is only for a watch"));
         }
         if self.send_initial_events.is_some() {
             return Err(list_options_invalid("sendInitialEvents", "FieldValueForbidden", "sendInitialEvents is forbidden for list"));
@@ -252,6 +267,18 @@ mod tests {
         assert_eq!(parse("resourceVersion=abc").unwrap_err().code, 400);
         assert_eq!(parse("limit=x").unwrap_err().code, 400);
         assert_eq!(parse("continue=%%%").unwrap_err().code, 400);
+    }
+
+    #[test]
+    fn a_watch_index_names_a_selectable_field_of_a_watch_after_an_rv() {
+        let all = builtin_resources();
+        let pods = find(&all, "", "v1", "pods").unwrap();
+        let o = ListOptions::parse("watch=1&resourceVersion=5&watchIndex=spec.nodeName", pods).unwrap();
+        assert_eq!(o.index.as_deref(), Some("spec.nodeName"));
+        assert_eq!(parse("watch=1&resourceVersion=5&watchIndex=metadata.name").unwrap().index.as_deref(), Some("metadata.name"));
+        for q in ["watch=1&resourceVersion=5&watchIndex=spec.nodeName", "watch=1&watchIndex=metadata.name", "watch=1&resourceVersion=0&watchIndex=metadata.name", "watchIndex=metadata.name"] {
+            assert_eq!(parse(q).unwrap_err().code, 400, "{q}");
+        }
     }
 
     #[test]

@@ -331,6 +331,27 @@ impl FieldSelector {
     }
 }
 
+/// A valid field selector `raw` (on `resource`) taken apart for an index on `field` (RFC 0015,
+/// "Indexed dispatch"): when exactly one term requires `field` to equal a value and no other term
+/// names `field`, that value and the selector's other terms as they were written; else None.
+pub fn split_on_index(raw: &str, resource: &ResourceInfo, field: &str) -> Option<(String, String)> {
+    let mut value = None;
+    let mut rest = Vec::new();
+    for term in split_unescaped(raw, ',') {
+        if term.is_empty() {
+            continue;
+        }
+        let (label, equals, v) = split_term(&term)?;
+        let named = crate::conversion::field_label(resource, &unescape(label).ok()?).is_some_and(|f| f == field);
+        match (named, equals) {
+            (true, true) if value.is_none() => value = Some(unescape(v).ok()?),
+            (true, _) => return None,
+            (false, _) => rest.push(term),
+        }
+    }
+    Some((value?, rest.join(",")))
+}
+
 fn split_unescaped(s: &str, sep: char) -> Vec<String> {
     let mut out = vec![String::new()];
     let mut escaped = false;
@@ -497,6 +518,31 @@ mod tests {
                 continue;
             }
             assert!(LabelSelector::parse(bad).is_err(), "{bad:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn a_selector_splits_on_its_index_term() {
+        let all = builtin_resources();
+        let pods = find(&all, "", "v1", "pods").unwrap();
+        let split = |raw: &str, field: &str| split_on_index(raw, pods, field);
+        assert_eq!(split("spec.nodeName=n1", "spec.nodeName"), Some(("n1".into(), String::new())));
+        assert_eq!(split(r"status.phase!=Failed,spec.nodeName==n\,1", "spec.nodeName"), Some(("n,1".into(), "status.phase!=Failed".into())));
+        assert_eq!(split("metadata.name=a,status.phase=Running", "metadata.name"), Some(("a".into(), "status.phase=Running".into())));
+        // Not indexable: no term, an inequality, or the field named twice.
+        assert_eq!(split("status.phase=Running", "spec.nodeName"), None);
+        assert_eq!(split("spec.nodeName!=n1", "spec.nodeName"), None);
+        assert_eq!(split("spec.nodeName=n1,spec.nodeName=n2", "spec.nodeName"), None);
+        assert_eq!(split("spec.nodeName=n1,spec.nodeName!=n2", "spec.nodeName"), None);
+        assert_eq!(split("", "spec.nodeName"), None);
+        // The rest, parsed, selects what the whole did for objects with the index's value.
+        let (value, rest) = split("spec.nodeName=n1,status.phase=Running", "spec.nodeName").unwrap();
+        let whole = FieldSelector::parse("spec.nodeName=n1,status.phase=Running", pods).unwrap();
+        let rest = FieldSelector::parse(&rest, pods).unwrap();
+        for (node, phase) in [("n1", "Running"), ("n1", "Failed"), ("n2", "Running")] {
+            let obj = serde_json::json!({"spec": {"nodeName": node}, "status": {"phase": phase}});
+            let get = |f: &str| field_value(&obj, f);
+            assert_eq!(whole.matches(get), node == value && rest.matches(get));
         }
     }
 

@@ -129,6 +129,8 @@ pub async fn serve_shards(shards: Arc<RouterState>, listen: SocketAddr, clients:
     let listener = tokio::net::TcpListener::bind(listen).await?;
     on_listen(listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, shards = count, "router serving");
+    // Registered once per process; a second router in one process (tests) keeps its own count.
+    let _ = app.surface.metrics.registry().register(Box::new(app.shards.shard_streams.clone()));
     crate::membership::start(app.shards.clone(), format!("router-{}", listener.local_addr()?), app.surface.metrics.registry(), shutdown.clone());
     let routes = routes(app);
     match clients.tls {

@@ -27,6 +27,9 @@ pub struct RouterState {
     pub bookmark_interval: std::time::Duration,
     /// Merged watch upstreams shared by client watches.
     pub hubs: Arc<crate::hub::Hubs>,
+    /// Watch streams open to shards (`shardplane_router_shard_watch_streams`): K per merged
+    /// upstream, whatever the number of clients (RFC 0015 states the bound).
+    pub shard_streams: prometheus::IntGauge,
     /// The epoch routed by and the revision it was cut over at, for merged watches to switch
     /// to the new map's shards (RFC 0006).
     epochs: tokio::sync::watch::Sender<MapEpoch>,
@@ -52,6 +55,23 @@ pub struct UpstreamEpoch {
 impl Drop for UpstreamEpoch {
     fn drop(&mut self) {
         RouterState::uncount(&mut self.shards.upstream_counts(), self.epoch);
+    }
+}
+
+/// A raised gauge, lowered when dropped: counts a thing (a client's watch, a shard stream) while
+/// it lives.
+pub(crate) struct Raised(prometheus::IntGauge);
+
+impl Raised {
+    pub(crate) fn new(g: prometheus::IntGauge) -> Self {
+        g.inc();
+        Self(g)
+    }
+}
+
+impl Drop for Raised {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
@@ -93,6 +113,7 @@ impl RouterState {
             catalog,
             bookmark_interval,
             hubs: Arc::new(crate::hub::Hubs::new(history)),
+            shard_streams: prometheus::IntGauge::new("shardplane_router_shard_watch_streams", "Watch streams this router holds open to shards.").expect("a valid metric"),
             epochs: tokio::sync::watch::channel(MapEpoch { epoch: stored.epoch, cutover: stored.cutover }).0,
             upstreams: Default::default(),
         }))

@@ -80,6 +80,8 @@ fn classify(line: &[u8]) -> Option<Line> {
     let rv = || v.pointer("/object/metadata/resourceVersion").and_then(Value::as_str).and_then(|r| r.parse::<u64>().ok());
     match v["type"].as_str()? {
         "BOOKMARK" => Some(Line::Progress(rv()?)),
+        // An indexed stream's change (RFC 0015): its hub takes it apart.
+        shardplane_apimachinery::watch_event::ADDRESSED => Some(Line::Event(v["rv"].as_u64()?, Bytes::copy_from_slice(line))),
         "ERROR" => Some(Line::Error(Bytes::copy_from_slice(line))),
         _ => Some(Line::Event(rv()?, Bytes::copy_from_slice(line))),
     }
@@ -108,8 +110,11 @@ async fn open_one(shards: &RouterState, base: &str, spec: &UpstreamSpec, after: 
 
 /// Reads one shard stream into the merge's input channel; sends `None` when it ends. Stops (and
 /// so closes the shard stream) as soon as the merge is gone, even if the shard is idle.
-fn read(i: usize, resp: reqwest::Response, input: mpsc::Sender<(usize, Option<Line>)>) {
+fn read(shards: &RouterState, i: usize, resp: reqwest::Response, input: mpsc::Sender<(usize, Option<Line>)>) {
+    // Counted in `shardplane_router_shard_watch_streams` while it is read.
+    let open = crate::state::Raised::new(shards.shard_streams.clone());
     tokio::spawn(async move {
+        let _open = open;
         let mut body = resp.bytes_stream();
         let mut buf: Vec<u8> = Vec::new();
         loop {
@@ -183,7 +188,7 @@ impl Upstream {
     fn start(shards: Arc<RouterState>, spec: UpstreamSpec, urls: Vec<String>, after: u64, streams: Vec<reqwest::Response>, epoch: UpstreamEpoch) -> Self {
         let (in_tx, in_rx) = mpsc::channel(1024);
         for (i, resp) in streams.into_iter().enumerate() {
-            read(i, resp, in_tx.clone());
+            read(&shards, i, resp, in_tx.clone());
         }
         let k = urls.len();
         Self { shards, spec, urls, merge: WatchMerge::new(k, after, HELD_BACK), in_tx, in_rx, asked: vec![tokio::time::Instant::now() - PROGRESS_EVERY; k], handover: Handover::new(after), _epoch: epoch }
@@ -276,7 +281,7 @@ impl Upstream {
                             match open_one(&self.shards, &self.urls[shard], &self.spec, self.merge.mark(shard)).await {
                                 Ok(Ok(resp)) => {
                                     tracing::debug!(shard, mark = self.merge.mark(shard), "shard stream reopened");
-                                    read(shard, resp, self.in_tx.clone());
+                                    read(&self.shards, shard, resp, self.in_tx.clone());
                                     continue;
                                 }
                                 _ => {

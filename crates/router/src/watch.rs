@@ -7,7 +7,7 @@
 //! on; a broken shard stream ends the client's watch cleanly at the last RV it was sent. A
 //! change of the range map goes unnoticed: the upstream switches shards under it (RFC 0006).
 
-use crate::state::RouterState;
+use crate::state::{Raised, RouterState};
 use crate::hub::Subscription;
 use crate::list::{merged_page, revision_and_start, target_path};
 use crate::upstream::{self, Merged, UpstreamSpec};
@@ -17,7 +17,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use shardplane_apimachinery::list_options::{ListOptions, WatchStart};
 use shardplane_apimachinery::request_path::Target;
-use shardplane_apimachinery::watch_event;
+use shardplane_apimachinery::resources::ResourceInfo;
+use shardplane_apimachinery::selectors::split_on_index;
+use shardplane_apimachinery::watch_event::{self, parse_addressed};
 use shardplane_apimachinery::ApiError;
 use shardplane_http::negotiation::View;
 use shardplane_http::protocol;
@@ -35,6 +37,32 @@ use tokio_stream::wrappers::ReceiverStream;
 /// Everything else is the router's (resourceVersion, bookmarks) or per client (timeoutSeconds,
 /// sendInitialEvents), and the representation goes by the Accept header.
 const STREAM_FILTERS: [&str; 3] = ["labelSelector", "fieldSelector", "shardSelector"];
+
+/// Fields the router dispatches on (RFC 0015, "Indexed dispatch"), tried in order: a kubelet's
+/// pods (`spec.nodeName=<node>`), and a watch of one object by name (its Node, a Secret or
+/// ConfigMap its pods mount). Watches that differ only in such a value share one hub and its K
+/// shard streams, and an event costs only the watchers of its value.
+const INDEXES: [&str; 2] = ["spec.nodeName", "metadata.name"];
+
+/// For a watch whose field selector pins one value of an indexed field: that value, and the
+/// filters of the shared streams (the other terms, and `watchIndex`).
+fn indexed(info: &ResourceInfo, query: &Query) -> Option<(String, String)> {
+    let raw = query.get("fieldSelector").filter(|s| !s.is_empty())?;
+    INDEXES.iter().filter(|f| info.supports_field(f)).find_map(|field| {
+        let (value, rest) = split_on_index(raw, info, field)?;
+        let mut filters = query.only(&["labelSelector", "shardSelector"]);
+        let mut more = form_urlencoded::Serializer::new(String::new());
+        if !rest.is_empty() {
+            more.append_pair("fieldSelector", &rest);
+        }
+        more.append_pair("watchIndex", field);
+        if !filters.is_empty() {
+            filters.push('&');
+        }
+        filters.push_str(&more.finish());
+        Some((value, filters))
+    })
+}
 
 /// Objects per page of a watch's initial state: what the router holds for one watch while it
 /// sends that state, however large the collection.
@@ -89,14 +117,27 @@ struct RvMeta {
 /// Where a client's events come from.
 enum Source {
     Hub(Subscription),
-    Own(mpsc::Receiver<Merged>),
+    /// An upstream of its own; for an indexed watch, the value whose events it takes from the
+    /// addressed lines.
+    Own(mpsc::Receiver<Merged>, Option<String>),
 }
 
 impl Source {
     async fn next(&mut self) -> Option<Merged> {
         match self {
             Source::Hub(s) => s.next().await,
-            Source::Own(rx) => rx.recv().await,
+            Source::Own(rx, None) => rx.recv().await,
+            Source::Own(rx, Some(value)) => loop {
+                match rx.recv().await? {
+                    Merged::Event(rv, line) => {
+                        let events = parse_addressed(&line).map(|(_, e)| e).unwrap_or_default();
+                        if let Some((_, mine)) = events.into_iter().find(|(to, _)| to == value) {
+                            return Some(Merged::Event(rv, mine));
+                        }
+                    }
+                    other => return Some(other),
+                }
+            },
         }
     }
 }
@@ -107,11 +148,12 @@ pub async fn watch(shards: Arc<RouterState>, t: Target, o: ListOptions, query: &
     // The client's representation (JSON, Table, PartialObjectMetadata): the shards render live
     // events in it; the initial state, read as JSON, is rendered here the same way.
     let view = View { lines: false, ..View::of_request(headers, query)? };
+    let index = indexed(&t.info, query);
     let spec = UpstreamSpec {
         path: target_path(&t),
         // Only the filters that decide what the stream carries: a parameter that means nothing
         // to it cannot put a client on a stream (K shard streams) of its own.
-        query: query.only(&STREAM_FILTERS),
+        query: index.as_ref().map_or_else(|| query.only(&STREAM_FILTERS), |(_, filters)| filters.clone()),
         accept: headers.get(header::ACCEPT).cloned(),
         progress_path: format!("{}?group={}&resource={}", protocol::PROGRESS_PATH, t.info.group, t.info.plural),
         resource: (t.info.storage_group().to_owned(), t.info.plural.clone()),
@@ -132,12 +174,13 @@ pub async fn watch(shards: Arc<RouterState>, t: Target, o: ListOptions, query: &
             }
         }
     };
-    let source = match shards.hubs.subscribe(&shards, &spec, start).await? {
+    let value = index.map(|(value, _)| value);
+    let source = match shards.hubs.subscribe(&shards, &spec, start, value.as_deref()).await? {
         Err(answer) => return Ok(answer),
         Ok(Some(sub)) => Source::Hub(sub),
         Ok(None) => match upstream::open(&shards, &spec, start).await? {
             Err(answer) => return Ok(answer),
-            Ok(rx) => Source::Own(rx),
+            Ok(rx) => Source::Own(rx, value),
         },
     };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
@@ -149,7 +192,7 @@ pub async fn watch(shards: Arc<RouterState>, t: Target, o: ListOptions, query: &
         initial_end: matches!(o.watch_start(), WatchStart::InitialEvents(_)) && o.allow_bookmarks,
         every: shards.bookmark_interval,
         timeout: watch_timeout(o.timeout_seconds, Duration::from_secs(1800)),
-        _registered: Registered::new(registered),
+        _registered: Raised::new(registered),
     };
     tokio::spawn(client.run(initial, source, tx));
     let body = Body::from_stream(ReceiverStream::new(rx).map(Ok::<Bytes, std::convert::Infallible>));
@@ -170,23 +213,7 @@ struct Client {
     every: Duration,
     timeout: Duration,
     /// Counts this watch while it runs (dropped with the client's task).
-    _registered: Registered,
-}
-
-/// A raised gauge, lowered when dropped.
-struct Registered(IntGauge);
-
-impl Registered {
-    fn new(g: IntGauge) -> Self {
-        g.inc();
-        Self(g)
-    }
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
+    _registered: Raised,
 }
 
 impl Client {

@@ -87,6 +87,19 @@ pub enum WatchMsg {
     Event(EventType, Arc<CachedObject>),
     /// Every change up to this revision has been delivered.
     Progress(u64),
+    /// A change at this revision for a watcher with an index (RFC 0015): for each value of the
+    /// indexed field it concerns, the event the watchers of that value see, as if each had the
+    /// filter narrowed to that value. One or two entries, never two for one value.
+    Addressed(u64, Vec<Addressed>),
+}
+
+/// One change as the watchers of one value of an indexed field see it.
+#[derive(Clone, Debug)]
+pub struct Addressed {
+    /// The field's value.
+    pub to: Box<str>,
+    pub kind: EventType,
+    pub object: Arc<CachedObject>,
 }
 
 /// Why a read could not be served.
@@ -180,6 +193,9 @@ pub struct WatchCache {
 }
 
 fn convert(kind: EventType, object: &Arc<CachedObject>, prev: Option<&Arc<CachedObject>>, filter: &Filter) -> Option<WatchMsg> {
+    if let Some(field) = &filter.index {
+        return addressed(kind, object, prev, filter, field);
+    }
     let now = filter.matches(object);
     match kind {
         EventType::Added => now.then(|| WatchMsg::Event(EventType::Added, object.clone())),
@@ -194,6 +210,26 @@ fn convert(kind: EventType, object: &Arc<CachedObject>, prev: Option<&Arc<Cached
             }
         }
     }
+}
+
+/// [`convert`] for every value of `field` at once: the same transitions a filter narrowed to
+/// each value would give (an object whose value changes leaves one value's watchers, DELETED,
+/// and joins the other's, ADDED).
+fn addressed(kind: EventType, object: &Arc<CachedObject>, prev: Option<&Arc<CachedObject>>, filter: &Filter, field: &str) -> Option<WatchMsg> {
+    let to = |kind, value: &str| Addressed { to: value.into(), kind, object: object.clone() };
+    let now = filter.matches(object).then(|| object.field(field));
+    let mut out = Vec::new();
+    match kind {
+        EventType::Added | EventType::Deleted => out.extend(now.map(|v| to(kind, v))),
+        EventType::Modified => match (prev.filter(|p| filter.matches(p)).map(|p| p.field(field)), now) {
+            (Some(before), Some(now)) if before == now => out.push(to(EventType::Modified, now)),
+            (before, now) => {
+                out.extend(before.map(|v| to(EventType::Deleted, v)));
+                out.extend(now.map(|v| to(EventType::Added, v)));
+            }
+        },
+    }
+    (!out.is_empty()).then(|| WatchMsg::Addressed(object.rv, out))
 }
 
 impl WatchCache {

@@ -23,6 +23,10 @@ pub struct Filter {
     pub fields: FieldSelector,
     pub shard: Option<ShardSelector>,
     pub owned: Option<Owned>,
+    /// For a watch: address each event to the value(s) of this field it concerns
+    /// ([`WatchMsg::Addressed`](crate::WatchMsg::Addressed)) rather than narrowing to one value,
+    /// so that one stream serves the watchers of every value (RFC 0015).
+    pub index: Option<String>,
 }
 
 impl Filter {

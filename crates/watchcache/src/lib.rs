@@ -16,6 +16,6 @@ mod filter;
 mod object;
 pub mod reflector;
 
-pub use cache::{CacheConfig, CacheError, CacheEvent, CacheStats, EventType, ListPage, PastChange, WatchCache, WatchMsg, Watcher};
+pub use cache::{Addressed, CacheConfig, CacheError, CacheEvent, CacheStats, EventType, ListPage, PastChange, WatchCache, WatchMsg, Watcher};
 pub use filter::{Filter, Owned};
 pub use object::{cache_key, decode_object, split_cache_key, CachedObject, ObjectCodec};
