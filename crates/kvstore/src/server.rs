@@ -35,6 +35,9 @@ const MEMBER_ID: u64 = 0x5ba7_d9a1_e5a5_0002;
 /// `--experimental-watch-progress-notify-interval`; etcd's default is 10 minutes, shardplane's
 /// tests run etcd at 5 s, and an idle range's cache advances only on these).
 pub const PROGRESS_NOTIFY: Duration = Duration::from_secs(5);
+/// Grouped commits: how far above the current revision each commit puts the ceiling (the
+/// revisions that may be handed out before the next commit).
+const CEILING_HEADROOM: i64 = 1 << 20;
 /// The etcd version this store answers to (the API level it implements).
 pub const VERSION: &str = "3.5.0";
 
@@ -67,6 +70,12 @@ struct State {
     next_stream: u64,
     /// Set when a write could not be made durable: nothing is served after that.
     broken: bool,
+    /// Grouped commits (RFC 0015): revisions acknowledged but not yet durable, in order.
+    pending: Vec<(i64, Vec<Event>)>,
+    /// Grouped commits: no revision at or above this may be handed out (it is durable).
+    ceiling: i64,
+    /// Grouped commits: how far above the current revision each commit puts the ceiling.
+    headroom: i64,
 }
 
 /// The store and its state, shared by the services.
@@ -79,6 +88,11 @@ pub struct ServerState {
     /// etcd's NOSPACE alarm: raised when the file passes the quota; while raised, writes that
     /// add data are refused, reads and deletes go on. Disarmed by Maintenance.Alarm.
     nospace: std::sync::atomic::AtomicBool,
+    /// Grouped commits: how often the acknowledged writes are made durable (None: each write
+    /// before it is acknowledged).
+    group_every: Option<Duration>,
+    /// Held while a group is made durable (and by compaction), so groups land in order.
+    flushing: Mutex<()>,
 }
 
 /// The four services over one store.
@@ -210,13 +224,81 @@ impl EtcdServer {
 
     /// Opens the store with a space quota of `quota` bytes.
     pub fn open_with_quota(dir: &Path, quota: u64) -> Result<Self, crate::store::StoreError> {
-        let (store, mvcc, leases) = Store::open(dir)?;
+        Self::open_with(dir, quota, None)
+    }
+
+    /// Opens the store with a space quota of `quota` bytes; with `group_every`, writes are
+    /// acknowledged once applied in memory and made durable together that often (RFC 0015,
+    /// "The liveness tier"): a crash loses at most the writes of the last `group_every` (and
+    /// of the commit under way), and the store then comes back at a revision above any it
+    /// handed out, compacted there, so that every reader of the lost revisions relists.
+    pub fn open_with(dir: &Path, quota: u64, group_every: Option<Duration>) -> Result<Self, crate::store::StoreError> {
+        let (store, mut mvcc, leases) = Store::open(dir)?;
         // As etcd after a restart: every lease gets its whole TTL again.
         let now = Instant::now();
         let leases = leases.into_iter().map(|(id, ttl)| (id, Lease { ttl, expires: now + Duration::from_secs(ttl.max(1) as u64) })).collect();
-        let state = State { mvcc, watchers: Vec::new(), leases, next_stream: 0, broken: false };
+        let mut ceiling = 0;
+        if group_every.is_some() {
+            let recorded = store.ceiling()?;
+            if recorded > mvcc.revision() + 1 {
+                // Not a clean stop: revisions up to `recorded - 1` may have been handed out and
+                // lost. Start above them, compacted, so none is ever served again.
+                let start = recorded + 1;
+                mvcc.restore(start, start);
+                store.compact(start)?;
+                tracing::warn!(revision = start, "the grouped store did not stop cleanly: writes of its last commit interval may be lost; starting above every revision it handed out");
+            }
+            ceiling = mvcc.revision() + CEILING_HEADROOM;
+            store.append_group(&[], ceiling, false)?;
+        }
+        let state = State { mvcc, watchers: Vec::new(), leases, next_stream: 0, broken: false, pending: Vec::new(), ceiling, headroom: CEILING_HEADROOM };
         let nospace = std::sync::atomic::AtomicBool::new(Store::size(dir) as u64 >= quota);
-        Ok(Self { inner: Arc::new(ServerState { state: Mutex::new(state), store, dir: dir.to_path_buf(), quota, nospace }) })
+        let server = Self { inner: Arc::new(ServerState { state: Mutex::new(state), store, dir: dir.to_path_buf(), quota, nospace, group_every, flushing: Mutex::new(()) }) };
+        if let Some(every) = group_every {
+            let weak = Arc::downgrade(&server.inner);
+            std::thread::Builder::new()
+                .name("store-group-commit".into())
+                .spawn(move || loop {
+                    std::thread::sleep(every);
+                    let Some(inner) = weak.upgrade() else { return };
+                    let _ = EtcdServer { inner }.flush(false);
+                })
+                .map_err(|e| crate::store::StoreError::Io(e.to_string()))?;
+        }
+        Ok(server)
+    }
+
+    /// Makes every acknowledged write durable now (grouped commits; a no-op otherwise), with
+    /// the ceiling raised past the revisions that may be handed out before the next group.
+    /// `clean`: the store is stopping, and records that nothing after this was handed out.
+    pub fn flush(&self, clean: bool) -> Result<(), crate::store::StoreError> {
+        if self.inner.group_every.is_none() {
+            return Ok(());
+        }
+        let _order = self.inner.flushing.lock().unwrap_or_else(|p| p.into_inner());
+        if clean {
+            // Stopping: no write may come between this commit and the end.
+            let mut st = self.lock();
+            let group = std::mem::take(&mut st.pending);
+            st.broken = true;
+            return self.inner.store.append_group(&group, st.mvcc.revision() + 1, true);
+        }
+        let (group, ceiling) = {
+            let mut st = self.lock();
+            (std::mem::take(&mut st.pending), st.mvcc.revision() + st.headroom)
+        };
+        match self.inner.store.append_group(&group, ceiling, false) {
+            Ok(()) => {
+                let mut st = self.lock();
+                st.ceiling = st.ceiling.max(ceiling);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the grouped store could not make its writes durable; it stops serving");
+                self.lock().broken = true;
+                Err(e)
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -247,10 +329,23 @@ impl EtcdServer {
         if adds_data(t) && self.out_of_space() {
             return Err(nospace());
         }
+        if self.inner.group_every.is_some() && st.mvcc.revision() + 1 >= st.ceiling {
+            // More writes in one interval than the headroom: raise the ceiling before handing
+            // out a revision above it (rare: a million writes between two groups).
+            let ceiling = st.mvcc.revision() + st.headroom;
+            if let Err(e) = self.inner.store.append_group(&[], ceiling, false) {
+                st.broken = true;
+                return Err(Status::unavailable(format!("etcdserver: {e}")));
+            }
+            st.ceiling = ceiling;
+        }
         let State { mvcc, leases, .. } = &mut *st;
         let (res, events) = mvcc.txn(t, &|id| leases.contains_key(&id)).map_err(mvcc_status)?;
         let revision = st.mvcc.revision();
-        if !events.is_empty() {
+        if !events.is_empty() && self.inner.group_every.is_some() {
+            st.pending.push((revision, events.clone()));
+            Self::dispatch(&mut st, revision, &events);
+        } else if !events.is_empty() {
             if let Err(e) = self.inner.store.append(revision, &events) {
                 tracing::error!(error = %e, "the embedded store could not make a write durable; it stops serving");
                 st.broken = true;
@@ -383,7 +478,15 @@ impl PbKvService for EtcdServer {
         let rev = request.into_inner().revision;
         let revision = self
             .blocking(move |s| {
+                // Grouped commits: every acknowledged write is in the log before the log below
+                // `rev` folds into the base (after any group being committed).
+                let _order = s.inner.flushing.lock().unwrap_or_else(|p| p.into_inner());
                 let mut st = s.lock();
+                if !st.pending.is_empty() {
+                    let group = std::mem::take(&mut st.pending);
+                    let ceiling = st.ceiling;
+                    s.inner.store.append_group(&group, ceiling, false).map_err(|e| Status::unavailable(e.to_string()))?;
+                }
                 st.mvcc.compact(rev).map_err(mvcc_status)?;
                 s.inner.store.compact(rev).map_err(|e| Status::unavailable(e.to_string()))?;
                 Ok(st.mvcc.revision())
@@ -700,6 +803,15 @@ impl Listener {
 pub async fn serve(server: EtcdServer, listener: Listener, stop: tokio_util::sync::CancellationToken) -> Result<(), tonic::transport::Error> {
     tokio::spawn(server.clone().expire_leases(stop.clone()));
     let routes = tonic::transport::Server::builder().add_routes(server.router());
+    let served = serve_routes(routes, listener, stop).await;
+    // A grouped store records its clean stop (RFC 0015), so it restarts where it was.
+    if let Err(e) = server.flush(true) {
+        tracing::error!(error = %e, "the grouped store could not commit its last writes at stop");
+    }
+    served
+}
+
+async fn serve_routes(routes: tonic::transport::server::Router, listener: Listener, stop: tokio_util::sync::CancellationToken) -> Result<(), tonic::transport::Error> {
     match listener {
         Listener::Tcp(l) => routes.serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(l), stop.cancelled_owned()).await,
         Listener::Unix(l, path) => {
@@ -714,3 +826,7 @@ pub async fn serve(server: EtcdServer, listener: Listener, stop: tokio_util::syn
 fn passes_filters(e: &Event, no_put: bool, no_delete: bool) -> bool {
     if e.deleted { !no_delete } else { !no_put }
 }
+
+#[cfg(test)]
+#[path = "grouped_tests.rs"]
+mod grouped_tests;

@@ -115,6 +115,31 @@ impl Store {
         Ok((Self { db: std::sync::RwLock::new(db) }, mvcc, leases))
     }
 
+    /// The revision ceiling a grouped store recorded (RFC 0015): no revision at or above it was
+    /// handed out. 0 when none was recorded.
+    pub fn ceiling(&self) -> Result<i64, StoreError> {
+        let r = self.db().begin_read().map_err(io)?;
+        Ok(r.open_table(META).map_err(io)?.get("ceiling").map_err(io)?.map_or(0, |v| v.value()) as i64)
+    }
+
+    /// Makes a group of revisions' changes durable in one commit, with the ceiling raised to at
+    /// least `ceiling` (never lowered). An empty group with `clean` records a clean stop: the
+    /// ceiling is then set to exactly `ceiling`.
+    pub fn append_group(&self, group: &[(i64, Vec<Event>)], ceiling: i64, clean: bool) -> Result<(), StoreError> {
+        let w = self.db().begin_write().map_err(io)?;
+        {
+            let mut log = w.open_table(LOG).map_err(io)?;
+            for (revision, events) in group {
+                log.insert(*revision as u64, encode(events).as_slice()).map_err(io)?;
+            }
+            let mut meta = w.open_table(META).map_err(io)?;
+            let old = meta.get("ceiling").map_err(io)?.map_or(0, |v| v.value());
+            let new = if clean { ceiling as u64 } else { old.max(ceiling as u64) };
+            meta.insert("ceiling", new).map_err(io)?;
+        }
+        w.commit().map_err(io)
+    }
+
     /// Makes one revision's changes durable.
     pub fn append(&self, revision: i64, events: &[Event]) -> Result<(), StoreError> {
         let w = self.db().begin_write().map_err(io)?;

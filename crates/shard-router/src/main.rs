@@ -46,6 +46,17 @@ struct Args {
     /// NOSPACE alarm refuses writes until `shardctl recover-space` (RFC 0010).
     #[arg(long, default_value_t = shardplane_kvstore::server::DEFAULT_QUOTA_BYTES)]
     quota_backend_bytes: u64,
+    /// Serve only the embedded store (in `--data-dir`, on `--store-listen`, a free loopback
+    /// port by default): no router and no shards. A store of its own for the resources a
+    /// storage contract puts there, such as the liveness tier (RFC 0015).
+    #[arg(long)]
+    store_only: bool,
+    /// The embedded store makes its writes durable in groups, this often (milliseconds), and
+    /// acknowledges each write before (RFC 0015, the liveness tier): a crash loses at most
+    /// the writes of the last interval, and the store comes back above every revision it handed
+    /// out. 0: each write is durable before it is acknowledged.
+    #[arg(long, default_value_t = 0)]
+    store_commit_interval_ms: u64,
     /// How many shard processes to start.
     #[arg(long = "shards", default_value_t = 4)]
     shard_count: u32,
@@ -217,19 +228,40 @@ fn main() -> std::process::ExitCode {
 
 /// Opens the embedded store in `dir` and serves it on `listen` until `stop`; returns its
 /// endpoint.
-async fn start_embedded_store(dir: &std::path::Path, listen: &str, quota: u64, stop: tokio_util::sync::CancellationToken) -> Result<String, String> {
-    let server = shardplane_kvstore::server::EtcdServer::open_with_quota(dir, quota).map_err(|e| e.to_string())?;
+async fn start_embedded_store(args: &Args, listen: &str, stop: tokio_util::sync::CancellationToken) -> Result<(String, tokio::task::JoinHandle<()>), String> {
+    let every = (args.store_commit_interval_ms > 0).then(|| std::time::Duration::from_millis(args.store_commit_interval_ms));
+    let server = shardplane_kvstore::server::EtcdServer::open_with(&args.data_dir, args.quota_backend_bytes, every).map_err(|e| e.to_string())?;
     let listener = shardplane_kvstore::server::Listener::bind(listen).await.map_err(|e| format!("--store-listen {listen}: {e}"))?;
     let endpoint = listener.endpoint().map_err(|e| e.to_string())?;
-    tokio::spawn(async move {
+    let served = tokio::spawn(async move {
         if let Err(e) = shardplane_kvstore::server::serve(server, listener, stop).await {
             tracing::error!(error = %e, "the embedded store stopped");
         }
     });
-    Ok(endpoint)
+    Ok((endpoint, served))
+}
+
+/// `--store-only`: the embedded store alone, until a signal stops it (its last group committed).
+async fn serve_store_only(args: &Args) -> std::process::ExitCode {
+    let shutdown = shardplane_shard::cli::shutdown_on_signal();
+    let listen = args.store_listen.clone().unwrap_or_else(|| "127.0.0.1:0".to_owned());
+    match start_embedded_store(args, &listen, shutdown).await {
+        Ok((endpoint, served)) => {
+            println!("listening on {endpoint}");
+            let _ = served.await;
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("shard-router: embedded store in {}: {e}", args.data_dir.display());
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 async fn run(mut args: Args) -> std::process::ExitCode {
+    if args.store_only {
+        return serve_store_only(&args).await;
+    }
     // Checked here too, so a bad range stops the router rather than every shard it starts.
     if let Err(e) = args.service_network.network() {
         eprintln!("shard-router: {e}");
@@ -292,8 +324,8 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
         let listen = args.store_listen.clone().unwrap_or_else(|| format!("unix:{}", std::path::absolute(&args.data_dir).unwrap_or_else(|_| args.data_dir.clone()).join("etcd.sock").display()));
-        match start_embedded_store(&args.data_dir, &listen, args.quota_backend_bytes, shutdown.clone()).await {
-            Ok(endpoint) => {
+        match start_embedded_store(&args, &listen, shutdown.clone()).await {
+            Ok((endpoint, _)) => {
                 println!("embedded store {} at {endpoint}", args.data_dir.display());
                 args.etcd_endpoints = vec![endpoint];
             }
