@@ -14,6 +14,14 @@ use tokio_util::sync::CancellationToken;
 /// How long a shard whose parent is gone may take to shut down before it exits outright.
 const ORPHAN_GRACE: Duration = Duration::from_secs(5);
 
+/// `--event-ttl`: a positive Go duration.
+fn parse_ttl(s: &str) -> Result<Duration, String> {
+    match shardplane_apimachinery::go_duration::parse(s)? {
+        shardplane_apimachinery::go_duration::GoDuration::NonNegative(d) if d >= Duration::from_secs(1) => Ok(d),
+        _ => Err(format!("{s:?}: must be at least 1s")),
+    }
+}
+
 /// One shardplane shard: the Kubernetes API for the object keys in its hash ranges.
 #[derive(Parser, Debug)]
 #[command(name = "shard-server", version)]
@@ -73,6 +81,10 @@ struct Args {
     /// etcd compaction interval in seconds, as kube-apiserver's --etcd-compaction-interval (0: off).
     #[arg(long, default_value_t = 300)]
     compaction_interval: u64,
+    /// How long Events are kept after their last write, as kube-apiserver's flag (a Go
+    /// duration: `1h`, `90m`, `30s`); they are stored on shared etcd leases (RFC 0015).
+    #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+    event_ttl: Duration,
     /// Seconds between watch bookmarks to clients that allow them.
     #[arg(long, default_value_t = 60)]
     bookmark_interval: u64,
@@ -212,6 +224,7 @@ async fn run_async(args: Args) -> std::process::ExitCode {
         address_repair: crate::service_addresses::repair::PERIOD,
         quota_sync: crate::resource_quota::controller::PERIOD,
         disruption_sync: crate::disruption::PERIOD,
+        event_ttl: args.event_ttl,
     };
     let shutdown = shutdown_on_signal();
     if std::env::var_os(EXIT_WITH_STDIN).is_some() {

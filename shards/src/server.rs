@@ -62,6 +62,8 @@ pub struct ShardConfig {
     pub quota_sync: Duration,
     /// How often every PodDisruptionBudget's status is counted again (RFC 0014).
     pub disruption_sync: Duration,
+    /// How long an Event lives after its last write (upstream's `--event-ttl`; RFC 0015).
+    pub event_ttl: Duration,
 }
 
 /// Connects to etcd, starts the caches and background loops, and serves HTTP until `shutdown`.

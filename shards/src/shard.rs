@@ -81,6 +81,8 @@ pub struct Shard {
     pub bookmark_interval: Duration,
     /// A watch without `timeoutSeconds` runs between this and twice this.
     pub min_request_timeout: Duration,
+    /// How long an Event lives after its last write (RFC 0015).
+    pub event_ttl: Duration,
     /// The caches' settings (their history bounds decide which RVs a watch can resume from).
     pub cache_config: CacheConfig,
     /// The configuration objects admission reads (priority, storage, ingress and runtime
@@ -118,6 +120,7 @@ impl Shard {
             bookmark_interval: config.bookmark_interval,
             cache_config: config.cache.clone(),
             min_request_timeout: config.min_request_timeout,
+            event_ttl: config.event_ttl,
             service_network: config.service_network.clone(),
         });
         shard.serve_catalog(&shardplane_catalog::Catalog::builtin());

@@ -40,7 +40,8 @@ async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Pl
     loop {
         let charges = resource_quota::charges(shard, info, read.map(|r| r.1), Some(obj)).await.map_err(ApiError::from)?;
         let addresses = service_addresses::companions(shard, &plan, &ns, &name);
-        match commit(shard, info, &primary(stored_bytes(info, obj)), &addresses, &charges).await {
+        let lease = expiry_lease(shard, info).await.map_err(shardplane_http::storage_errors::status_of)?;
+        match commit(shard, info, &primary(stored_bytes(info, obj)), &addresses, &charges, lease).await {
             Err(StorageError::CompanionConflict { index }) if index < service_addresses::takes(&plan) => service_addresses::pick_again(shard, &mut plan, index, obj).await?,
             // A quota changed since it was read (or a key changed again before the failure was
             // read back): read the quotas again.
@@ -54,6 +55,15 @@ async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Pl
             other => return Ok(other),
         }
     }
+}
+
+/// The etcd lease an object of `info` is written on, so that it expires: Events, `--event-ttl`
+/// after their last write (RFC 0015); 0 for everything else.
+async fn expiry_lease(shard: &Shard, info: &ResourceInfo) -> Result<i64, StorageError> {
+    if info.storage_group() == "" && info.plural == "events" {
+        return shard.store(info).ttl_lease(shard.event_ttl).await;
+    }
+    Ok(0)
 }
 
 /// 409 for a write that lost the race for a quota too many times in a row.
@@ -86,7 +96,7 @@ pub(crate) async fn remove_with(shard: &Shard, info: &ResourceInfo, key: &[u8], 
             Err(Refused::Quota(_)) => Vec::new(),
             Err(Refused::Unavailable(e)) => return Err(StorageError::Etcd(format!("quotas unreadable: {}", e.message))),
         };
-        match commit(shard, info, &primary, &releases, &charges).await {
+        match commit(shard, info, &primary, &releases, &charges, 0).await {
             Err(StorageError::CompanionConflict { index }) if index >= releases.len() && (index != usize::MAX || !charges.is_empty()) && rounds < QUOTA_ROUNDS => rounds += 1,
             Err(StorageError::CompanionConflict { .. }) => return Err(StorageError::Conflict { current: Some(kv.clone()) }),
             other => return other,
@@ -97,8 +107,9 @@ pub(crate) async fn remove_with(shard: &Shard, info: &ResourceInfo, key: &[u8], 
 /// Commits `primary` with the `addresses` and quota `charges` it makes, in one transaction; or,
 /// with them on other stores, the quota charges first, then the address records taken, then the
 /// object, then the records given back. A companion's failed condition is `CompanionConflict`
-/// with its index in `addresses` then `charges`.
-async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, addresses: &[Companion], charges: &[Companion]) -> Result<u64, StorageError> {
+/// with its index in `addresses` then `charges`. `lease`: the etcd lease the object is written
+/// on (0: none).
+async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, addresses: &[Companion], charges: &[Companion], lease: i64) -> Result<u64, StorageError> {
     let quota_together = charges.is_empty() || resource_quota::same_store(shard, info);
     if !quota_together {
         resource_quota::charge_first(shard, charges, addresses.len()).await?;
@@ -109,10 +120,10 @@ async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, addresses
     // here only when it shares the object's).
     if addresses.is_empty() || !service_addresses::is_services(info) || service_addresses::one_store(shard) {
         let all: Vec<Companion> = addresses.iter().chain(with_object).cloned().collect();
-        return store.commit(primary, &all).await;
+        return store.commit_leased(primary, &all, lease).await;
     }
     service_addresses::take_first(shard, addresses).await?;
-    let rev = match store.commit(primary, with_object).await {
+    let rev = match store.commit_leased(primary, with_object, lease).await {
         Err(StorageError::CompanionConflict { index }) if index != usize::MAX => return Err(StorageError::CompanionConflict { index: index + addresses.len() }),
         other => other?,
     };

@@ -67,6 +67,10 @@ struct Args {
     /// kube-apiserver's --etcd-compaction-interval.
     #[arg(long, default_value_t = 300)]
     compaction_interval: u64,
+    /// How long Events are kept after their last write, by the shards it starts (a Go
+    /// duration, as kube-apiserver's `--event-ttl`; RFC 0015).
+    #[arg(long, default_value = "1h")]
+    event_ttl: String,
     /// Where to write a kubeconfig for this endpoint.
     #[arg(long, default_value = ".shardplane/kubeconfig")]
     kubeconfig: PathBuf,
@@ -367,7 +371,7 @@ async fn run(mut args: Args) -> std::process::ExitCode {
             eprintln!("shard-router: --shards must be at least 1");
             return std::process::ExitCode::from(2);
         }
-        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string()].into_iter().chain(args.flow_control.to_args()).chain(args.service_network.to_args()).chain(shard_access_args).chain(shard_store_tls(&args).to_args()).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
+        let launch = ShardLaunch { exe: std::env::current_exe().expect("own executable"), etcd_endpoints: args.etcd_endpoints.clone(), shard_args: ["--compaction-interval".to_owned(), args.compaction_interval.to_string(), "--event-ttl".to_owned(), args.event_ttl.clone()].into_iter().chain(args.flow_control.to_args()).chain(args.service_network.to_args()).chain(shard_access_args).chain(shard_store_tls(&args).to_args()).collect(), storage_config: args.storage_config.clone().map(|p| (p, contract.clone())), shard_tls };
         match topology::start(launch, args.shard_count, std::time::Duration::from_secs(args.bookmark_interval.max(1)), shutdown.clone()).await {
             Ok((s, sup, pids)) => {
                 supervisors = sup;

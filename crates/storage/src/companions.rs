@@ -60,12 +60,19 @@ impl Storage {
     /// an update or delete) when its condition does not hold, else with `CompanionConflict`
     /// naming the first companion whose condition does not. Returns the new revision.
     pub async fn commit(&self, primary: &Primary, companions: &[Companion]) -> Result<u64> {
+        self.commit_leased(primary, companions, 0).await
+    }
+
+    /// [`Storage::commit`] with the primary's value attached to the etcd lease `lease` (0:
+    /// none), so that it expires with it ([`Storage::ttl_lease`]).
+    pub async fn commit_leased(&self, primary: &Primary, companions: &[Companion], lease: i64) -> Result<u64> {
+        let leased = (lease != 0).then(|| etcd_client::PutOptions::new().with_lease(lease));
         let mut when = vec![match primary {
             Primary::Create { key, .. } => Compare::create_revision(key.clone(), CompareOp::Equal, 0),
             Primary::Update { key, expected, .. } | Primary::Delete { key, expected } => Compare::mod_revision(key.clone(), CompareOp::Equal, *expected as i64),
         }];
         let mut then = vec![match primary {
-            Primary::Create { key, value } | Primary::Update { key, value, .. } => TxnOp::put(key.clone(), value.clone(), None),
+            Primary::Create { key, value } | Primary::Update { key, value, .. } => TxnOp::put(key.clone(), value.clone(), leased),
             Primary::Delete { key, .. } => TxnOp::delete(key.clone(), None),
         }];
         for c in companions {

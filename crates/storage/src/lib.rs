@@ -18,6 +18,7 @@ pub mod members;
 pub mod range_map;
 pub mod roles;
 pub mod space;
+mod ttl_leases;
 mod watch;
 
 pub use compaction::run_compactor;
@@ -176,6 +177,8 @@ impl StoreTlsFlags {
 #[derive(Clone)]
 pub struct Storage {
     client: Client,
+    /// Leases for objects that expire, shared (RFC 0015).
+    ttl_leases: std::sync::Arc<ttl_leases::TtlLeases>,
 }
 
 impl Storage {
@@ -203,7 +206,7 @@ impl Storage {
                 let config = etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(&tls.ca)).identity(etcd_client::Identity::from_pem(&tls.cert, &tls.key));
                 opts = opts.with_tls(config);
             }
-            return Ok(Self { client: Client::connect(endpoints, Some(opts)).await? });
+            return Ok(Self { client: Client::connect(endpoints, Some(opts)).await?, ttl_leases: Default::default() });
         }
         let [path] = sockets[..] else {
             return Err(StorageError::Etcd(format!("a unix socket endpoint must be the only endpoint, got {endpoints:?}")));
@@ -217,7 +220,7 @@ impl Storage {
                 let path = path.clone();
                 async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
             }));
-        Ok(Self { client: Client::from_channel(etcd_client::Channel::Tonic(channel), None).await? })
+        Ok(Self { client: Client::from_channel(etcd_client::Channel::Tonic(channel), None).await?, ttl_leases: Default::default() })
     }
 
     /// The raw client, for watches and maintenance.

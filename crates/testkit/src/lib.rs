@@ -65,6 +65,7 @@ pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
         address_repair: Duration::from_secs(1),
         quota_sync: Duration::from_secs(2),
         disruption_sync: Duration::from_secs(1),
+        event_ttl: Duration::from_secs(3600),
         member_ttl: Duration::from_secs(10),
         standalone: false,
         storage_contract: Default::default(),

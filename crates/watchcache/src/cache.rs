@@ -393,10 +393,19 @@ impl WatchCache {
         let rv = object.rv;
         let object = Arc::new(object);
         let mut g = self.write();
-        if rv <= g.synced {
-            return; // already applied (a replayed event after a relist)
-        }
         let prev = g.objects.get(&object.key).cloned();
+        // Already applied: a replayed event after a relist. One revision may change several
+        // keys (an etcd lease's expiry deletes all its keys at once, RFC 0015), so an event at
+        // the synced revision is applied unless this key already shows it.
+        let shows_it = match (&prev, deleted) {
+            (Some(p), false) => p.rv >= rv,
+            (None, false) => false,
+            (Some(p), true) => p.rv >= rv,
+            (None, true) => true,
+        };
+        if rv < g.synced || (rv == g.synced && shows_it) {
+            return;
+        }
         let kind = match (deleted, &prev) {
             (true, None) => {
                 g.synced = rv;

@@ -417,3 +417,27 @@ proptest! {
         prop_assert!(addressed.iter().all(|m| matches!(m, WatchMsg::Addressed(_, to) if !to.is_empty())));
     }
 }
+
+/// One revision that deletes several keys (an etcd lease expiring, RFC 0015) removes them all
+/// and tells watchers of each; the same events replayed after a relist change nothing.
+#[test]
+fn one_revision_may_change_several_keys() {
+    let cache = WatchCache::new(CacheConfig::default());
+    cache.replace(vec![obj("ns", "a", "red", 5), obj("ns", "b", "red", 6), obj("ns", "c", "red", 7)], 10);
+    let mut w = cache.watch(Some(10), Filter::default(), false).unwrap();
+    for name in ["a", "b", "c"] {
+        cache.record(obj("ns", name, "red", 11), true);
+    }
+    cache.record(obj("ns", "d", "red", 12), false);
+    cache.record(obj("ns", "e", "red", 12), false);
+    // Replayed: nothing changes twice.
+    cache.record(obj("ns", "a", "red", 11), true);
+    cache.record(obj("ns", "e", "red", 12), false);
+    assert_eq!(names(&cache.list(None, &Filter::default(), None, None, false).unwrap().items), vec![("ns".to_owned(), "d".to_owned()), ("ns".to_owned(), "e".to_owned())]);
+    let got: Vec<_> = drained(&mut w).into_iter().map(|m| match m {
+        WatchMsg::Event(kind, o) => seen(kind, &o),
+        other => panic!("{other:?}"),
+    }).collect();
+    let want: Vec<_> = [("DELETED", "a", 11), ("DELETED", "b", 11), ("DELETED", "c", 11), ("ADDED", "d", 12), ("ADDED", "e", 12)].iter().map(|(k, n, r)| (*k, n.to_string(), *r)).collect();
+    assert_eq!(got, want);
+}
