@@ -38,6 +38,7 @@ mod sweep;
 mod transaction;
 pub mod watch;
 pub mod write;
+pub mod write_load;
 
 pub use server::{serve, ShardConfig};
 pub use shard::Shard;

@@ -39,7 +39,7 @@ pub fn describe(shard: &Shard, url: &str) -> ShardMember {
             })
             .collect()
     };
-    ShardMember { id: shard.id.clone(), url: url.to_owned(), capacity_bytes: 0, loaded }
+    ShardMember { id: shard.id.clone(), url: url.to_owned(), capacity_bytes: 0, loaded, load: crate::write_load::snapshot(shard) }
 }
 
 /// Keeps the shard's member key alive until `stop`, refreshed every third of the TTL and as

@@ -83,6 +83,8 @@ pub struct Shard {
     pub min_request_timeout: Duration,
     /// How long an Event lives after its last write (RFC 0015).
     pub event_ttl: Duration,
+    /// Every committed write, counted for the axis diagnosis (RFC 0015).
+    pub write_load: crate::write_load::WriteLoad,
     /// The caches' settings (their history bounds decide which RVs a watch can resume from).
     pub cache_config: CacheConfig,
     /// The configuration objects admission reads (priority, storage, ingress and runtime
@@ -100,7 +102,10 @@ impl Shard {
     pub fn start(config: &crate::server::ShardConfig, stores: Stores, shutdown: CancellationToken) -> Arc<Self> {
         let catalog = shardplane_catalog::Follower::start(stores.of(shardplane_apimachinery::crd::GROUP, shardplane_apimachinery::crd::PLURAL).clone(), shutdown.clone());
         let informers = crate::informer::Informers::start(|g, p| stores.of(g, p).clone(), &shutdown);
+        let metrics = shardplane_http::metrics::Metrics::new();
+        let write_load = crate::write_load::WriteLoad::new(metrics.registry());
         let shard = Arc::new(Self {
+            write_load,
             informers,
             id: config.id.clone(),
             storage: stores.main().clone(),
@@ -116,7 +121,7 @@ impl Shard {
             table: std::sync::RwLock::new(Table::default()),
             catalog,
             shutdown,
-            metrics: shardplane_http::metrics::Metrics::new(),
+            metrics,
             bookmark_interval: config.bookmark_interval,
             cache_config: config.cache.clone(),
             min_request_timeout: config.min_request_timeout,

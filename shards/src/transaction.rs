@@ -8,6 +8,7 @@ use crate::resource_quota::{self, Refused};
 use crate::service_addresses::{self, Plan};
 use crate::shard::Shard;
 use crate::write::stored_bytes;
+use crate::write_load::Op;
 use serde_json::Value;
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::{meta, ApiError};
@@ -21,20 +22,20 @@ const QUOTA_ROUNDS: usize = 64;
 /// picking another address on a collision. The inner result is the store's answer for the
 /// object itself (`AlreadyExists` for a name in use).
 pub(crate) async fn create(shard: &Shard, info: &ResourceInfo, key: &[u8], obj: &mut Value, addresses: Plan) -> Result<Result<u64, StorageError>, ApiError> {
-    write(shard, info, obj, addresses, None, |value| Primary::Create { key: key.to_vec(), value }).await
+    write(shard, info, obj, addresses, None, |value| Primary::Create { key: key.to_vec(), value }, Op::Create).await
 }
 
 /// Replaces the stored `kv` (decoded: `old`) with `new` and what `addresses` takes and gives
 /// back, charging or giving back the usage that changes. A lost race on a key given back is a
 /// `Conflict` (the caller reads again and retries).
 pub(crate) async fn update(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old: &Value, new: &mut Value, addresses: Plan) -> Result<Result<u64, StorageError>, ApiError> {
-    write(shard, info, new, addresses, Some((kv, old)), |value| Primary::Update { key: key.to_vec(), value, expected: kv.mod_revision }).await
+    write(shard, info, new, addresses, Some((kv, old)), |value| Primary::Update { key: key.to_vec(), value, expected: kv.mod_revision }, Op::Update).await
 }
 
 /// Writes `obj` (as `primary` makes the write of its stored bytes) with its companions: a
 /// collision on an address picked here picks again, a lost quota compare reads the quotas
 /// again, a lost race on a release is a `Conflict` with `read`, the entry the write replaces.
-async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Plan, read: Option<(&Kv, &Value)>, primary: impl Fn(Vec<u8>) -> Primary) -> Result<Result<u64, StorageError>, ApiError> {
+async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Plan, read: Option<(&Kv, &Value)>, primary: impl Fn(Vec<u8>) -> Primary, op: Op) -> Result<Result<u64, StorageError>, ApiError> {
     let (ns, name) = (meta::meta_str(obj, "namespace").to_owned(), meta::meta_str(obj, "name").to_owned());
     let mut rounds = 0;
     loop {
@@ -52,7 +53,12 @@ async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Pl
                 }
             }
             Err(StorageError::CompanionConflict { .. }) => return Ok(Err(StorageError::Conflict { current: read.map(|r| r.0.clone()) })),
-            other => return Ok(other),
+            other => {
+                if other.is_ok() {
+                    shard.write_load.record(info, &ns, op);
+                }
+                return Ok(other);
+            }
         }
     }
 }
@@ -99,7 +105,12 @@ pub(crate) async fn remove_with(shard: &Shard, info: &ResourceInfo, key: &[u8], 
         match commit(shard, info, &primary, &releases, &charges, 0).await {
             Err(StorageError::CompanionConflict { index }) if index >= releases.len() && (index != usize::MAX || !charges.is_empty()) && rounds < QUOTA_ROUNDS => rounds += 1,
             Err(StorageError::CompanionConflict { .. }) => return Err(StorageError::Conflict { current: Some(kv.clone()) }),
-            other => return other,
+            other => {
+                if other.is_ok() {
+                    shard.write_load.record(info, meta::meta_str(old, "namespace"), Op::Delete);
+                }
+                return other;
+            }
         }
     }
 }

@@ -113,7 +113,7 @@ impl World {
                 .shards
                 .iter()
                 .filter(|(_, s)| s.live)
-                .map(|(id, s)| ShardMember { id: id.clone(), url: format!("http://{id}"), capacity_bytes: 0, loaded: s.loaded.iter().map(|(r, rev)| LoadedRange { range: *r, revision: *rev, objects: 0, cache_bytes: bytes_of(r) }).collect() })
+                .map(|(id, s)| ShardMember { id: id.clone(), url: format!("http://{id}"), capacity_bytes: 0, loaded: s.loaded.iter().map(|(r, rev)| LoadedRange { range: *r, revision: *rev, objects: 0, cache_bytes: bytes_of(r) }).collect(), load: Default::default() })
                 .collect(),
             routers: self.routers.iter().filter(|r| r.live).map(|r| RouterMember { id: r.id.clone(), switched_epoch: r.switched }).collect(),
             revision: self.rev,

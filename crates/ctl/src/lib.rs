@@ -1,13 +1,16 @@
 //! # shardplane-ctl
 //!
 //! Owns the operator's tools (RFC 0006): `shardctl`, which shows the shards, their ranges and
-//! the moves in flight and asks for moves, splits, merges, drains and rebalancing; and the
+//! the moves in flight, asks for moves, splits, merges, drains and rebalancing, and names the
+//! axis the cluster is loaded along ([`axes`], RFC 0015, from what the shards publish); and the
 //! standalone `shardplane-coordinator` process. Both find the cluster through etcd
 //! (`--etcd-endpoints`), as the router does.
 //!
 //! It must never talk to a shard or a router directly, nor decide anything itself: a request is
 //! an edit of the stored range map, computed by `shardplane-coordinator::rebalance` (which
 //! refuses what cannot be done) and written by compare-and-swap; the coordinator carries it out.
+
+pub mod axes;
 
 use serde::Serialize;
 use shardplane_coordinator::rebalance::{self, Config, RequestError};
@@ -219,7 +222,7 @@ mod tests {
     fn map() -> (StoredRangeMap, Members) {
         let ranges = HashRange::split_even(2);
         let shards = ranges.iter().enumerate().map(|(i, r)| StoredShard { id: format!("s{i}"), url: format!("http://127.0.0.1:{}", 9000 + i), ranges: vec![*r], cordoned: false }).collect();
-        let members = Members { shards: vec![ShardMember { id: "s0".into(), url: "http://127.0.0.1:9100".into(), capacity_bytes: 0, loaded: vec![LoadedRange { range: ranges[0], revision: 5, objects: 10, cache_bytes: 2048 }] }, ShardMember { id: "s9".into(), url: "http://127.0.0.1:9200".into(), capacity_bytes: 0, loaded: vec![] }], routers: vec![], revision: 9 };
+        let members = Members { shards: vec![ShardMember { id: "s0".into(), url: "http://127.0.0.1:9100".into(), capacity_bytes: 0, loaded: vec![LoadedRange { range: ranges[0], revision: 5, objects: 10, cache_bytes: 2048 }], load: Default::default() }, ShardMember { id: "s9".into(), url: "http://127.0.0.1:9200".into(), capacity_bytes: 0, loaded: vec![], load: Default::default() }], routers: vec![], revision: 9 };
         (StoredRangeMap { epoch: 3, cutover: 7, shards, moves: vec![], balancing: false }, members)
     }
 

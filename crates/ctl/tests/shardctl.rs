@@ -119,7 +119,7 @@ async fn shardctl_shows_members_and_the_coordinator_reassigns_a_dead_shards_rang
 async fn a_member_that_stops_renewing_disappears_within_its_ttl() {
     let etcd = Etcd::start().await;
     let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
-    let member = ShardMember { id: "gone".into(), url: "http://127.0.0.1:1".into(), capacity_bytes: 0, loaded: vec![] };
+    let member = ShardMember { id: "gone".into(), url: "http://127.0.0.1:1".into(), capacity_bytes: 0, loaded: vec![], load: Default::default() };
     let (_tx, rx) = tokio::sync::watch::channel(serde_json::to_vec(&member).unwrap());
     let task = storage.register(format!("{SHARDS_PREFIX}gone"), rx, Duration::from_secs(2), tokio_util::sync::CancellationToken::new());
     wait_for(Duration::from_secs(10), || async { storage.members().await.unwrap().shards == vec![member.clone()] }).await;

@@ -367,6 +367,12 @@ impl Hubs {
         Ok(Ok(Some(sub)))
     }
 
+    /// A place after `after` in the live hub for `spec`, if there is one whose ring reaches back
+    /// to `after`: a client on an upstream of its own moves to it once it has caught up.
+    pub fn join_live(&self, spec: &UpstreamSpec, after: u64, value: Option<&str>) -> Option<Subscription> {
+        self.join(&key(spec), after, value).flatten()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Hub>>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -117,28 +117,37 @@ struct RvMeta {
 /// Where a client's events come from.
 enum Source {
     Hub(Subscription),
-    /// An upstream of its own; for an indexed watch, the value whose events it takes from the
-    /// addressed lines.
-    Own(mpsc::Receiver<Merged>, Option<String>),
+    /// An upstream of its own (its RV was older than the hub's ring); for an indexed watch, the
+    /// value whose events it takes from the addressed lines. At each progress mark it tries to
+    /// join the hub after that mark, and once it has, its own shard streams close: a client
+    /// that started behind holds K streams of its own only while it catches up.
+    Own { rx: mpsc::Receiver<Merged>, value: Option<String>, hub: (Arc<RouterState>, UpstreamSpec) },
 }
 
 impl Source {
     async fn next(&mut self) -> Option<Merged> {
-        match self {
-            Source::Hub(s) => s.next().await,
-            Source::Own(rx, None) => rx.recv().await,
-            Source::Own(rx, Some(value)) => loop {
+        let item = match self {
+            Source::Hub(s) => return s.next().await,
+            Source::Own { rx, value: None, .. } => rx.recv().await?,
+            Source::Own { rx, value: Some(value), .. } => loop {
                 match rx.recv().await? {
                     Merged::Event(rv, line) => {
                         let events = parse_addressed(&line).map(|(_, e)| e).unwrap_or_default();
                         if let Some((_, mine)) = events.into_iter().find(|(to, _)| to == value) {
-                            return Some(Merged::Event(rv, mine));
+                            break Merged::Event(rv, mine);
                         }
                     }
-                    other => return Some(other),
+                    other => break other,
                 }
             },
+        };
+        if let (Merged::Mark(mark), Source::Own { value, hub: (shards, spec), .. }) = (&item, &*self)
+            && let Some(sub) = shards.hubs.join_live(spec, *mark, value.as_deref())
+        {
+            tracing::debug!(mark, "a watch that started behind its hub caught up and joined it");
+            *self = Source::Hub(sub);
         }
+        Some(item)
     }
 }
 
@@ -180,7 +189,7 @@ pub async fn watch(shards: Arc<RouterState>, t: Target, o: ListOptions, query: &
         Ok(Some(sub)) => Source::Hub(sub),
         Ok(None) => match upstream::open(&shards, &spec, start).await? {
             Err(answer) => return Ok(answer),
-            Ok(rx) => Source::Own(rx, value),
+            Ok(rx) => Source::Own { rx, value, hub: (shards.clone(), spec.clone()) },
         },
     };
     let (tx, rx) = mpsc::channel::<Bytes>(64);

@@ -1,6 +1,8 @@
 //! Kubelet-shaped watches at scale (RFC 0015, "Indexed dispatch"), with real processes:
 //! `shard-router --shards 4` on real etcd, 2,000 watchers of `spec.nodeName=<node>` (a quarter of
-//! them also with a label selector) and 200 of one Node by `metadata.name`, while eight clients
+//! them also with a label selector) and 200 of one Node by `metadata.name` (all but one starting
+//! from an RV older than their hub's ring, so they catch up on streams of their own and then
+//! join it), while eight clients
 //! create pods on nodes, create unscheduled pods and bind them, update them and delete them.
 //! Every watcher sees exactly the events etcd's history gives for its own node and filters, and
 //! the shards serve them all from K streams per distinct filter set: the number of shard streams
@@ -101,6 +103,9 @@ async fn two_thousand_kubelet_watches_each_see_exactly_their_nodes_pods_on_bound
     let topology = Topology::start(&etcd.endpoint, K as u32, &["--bookmark-interval", "1"]).await;
     let (started, router) = (&topology.started, &topology.router);
     router.namespace(NS).await;
+    let (code, list) = router.get("/api/v1/nodes?limit=1").await;
+    assert_eq!(code, 200, "{list}");
+    let nodes_before = rv(&list);
     for i in 0..NODE_WATCHERS {
         let n = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node(i)}});
         assert_eq!(router.post("/api/v1/nodes", &n).await.0, 201);
@@ -117,7 +122,14 @@ async fn two_thousand_kubelet_watches_each_see_exactly_their_nodes_pods_on_bound
     let seen: Vec<Arc<Mutex<Seen>>> = (0..NODES).map(|_| Arc::default()).collect();
     let node_seen: Vec<Arc<Mutex<Seen>>> = (0..NODE_WATCHERS).map(|_| Arc::default()).collect();
     let base = started.url();
-    stream::iter(0..NODES + NODE_WATCHERS)
+    // The Node watchers start from before their Nodes were made, except the first, which
+    // starts from now and so makes their hub's ring begin after the others' RV: they are
+    // served by upstreams of their own until they catch up, then join the hub.
+    let node_start = |n: usize| if n == 0 { nodes_from } else { nodes_before };
+    let resp = http.get(format!("{base}/api/v1/nodes?watch=1&allowWatchBookmarks=true&resourceVersion={nodes_from}&fieldSelector=metadata.name%3D{}", node(0))).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    read(resp, node_seen[0].clone());
+    stream::iter((0..NODES).chain(NODES + 1..NODES + NODE_WATCHERS))
         .for_each_concurrent(64, |i| {
             let (http, seen, node_seen, base) = (&http, &seen, &node_seen, &base);
             async move {
@@ -125,7 +137,7 @@ async fn two_thousand_kubelet_watches_each_see_exactly_their_nodes_pods_on_bound
                     let labels = if i >= LABELLED_FROM { "&labelSelector=tier%3Da" } else { "" };
                     format!("{base}/api/v1/pods?watch=1&allowWatchBookmarks=true&resourceVersion={from}&fieldSelector=spec.nodeName%3D{}{labels}", node(i))
                 } else {
-                    format!("{base}/api/v1/nodes?watch=1&allowWatchBookmarks=true&resourceVersion={nodes_from}&fieldSelector=metadata.name%3D{}", node(i - NODES))
+                    format!("{base}/api/v1/nodes?watch=1&allowWatchBookmarks=true&resourceVersion={}&fieldSelector=metadata.name%3D{}", node_start(i - NODES), node(i - NODES))
                 };
                 let resp = http.get(url).send().await.unwrap();
                 assert_eq!(resp.status(), 200);
@@ -133,9 +145,12 @@ async fn two_thousand_kubelet_watches_each_see_exactly_their_nodes_pods_on_bound
             }
         })
         .await;
-    // Three filter sets (pods, pods with tier=a, nodes), each K shard streams.
+    // Three filter sets (pods, pods with tier=a, nodes), each K shard streams, once the Node
+    // watchers that started behind have caught up.
     let bound = (3 * K) as f64;
-    assert_eq!(streams(started).await, (bound, (2 * K) as f64, K as f64), "shard streams with every watcher open");
+    let opened = streams(started).await;
+    assert!(opened.0 > bound, "the Node watchers that started behind have upstreams of their own: {opened:?}");
+    wait_for(Duration::from_secs(60), || async { streams(started).await == (bound, (2 * K) as f64, K as f64) }).await;
 
     // The churn: pods placed on a node, pods created unscheduled and bound, status updates,
     // deletes; and a label change on each Node watched.
@@ -218,14 +233,14 @@ async fn two_thousand_kubelet_watches_each_see_exactly_their_nodes_pods_on_bound
         assert_eq!(got, &want, "the watcher of {}", node(i));
         delivered += got.len();
     }
-    let node_history = etcd_history(&storage, "", "nodes", nodes_from, to).await;
+    let node_history = etcd_history(&storage, "", "nodes", nodes_before, to).await;
     for (i, s) in node_seen.iter().enumerate() {
-        let want: Vec<(String, String, u64)> = node_history.iter().filter(|e| e.name == node(i)).map(|e| (e.kind.to_owned(), e.name.clone(), e.rv)).collect();
+        let want: Vec<(String, String, u64)> = node_history.iter().filter(|e| e.name == node(i) && e.rv > node_start(i)).map(|e| (e.kind.to_owned(), e.name.clone(), e.rv)).collect();
         assert!(!want.is_empty());
         assert_eq!(&s.lock().unwrap().events, &want, "the Node watcher of {}", node(i));
     }
     let end = streams(started).await;
-    eprintln!("pod events in etcd: {}; delivered to kubelet watchers: {delivered}; shard streams (router, pod, node) with the watchers open: mid-run {mid:?}, at the end {end:?}", history.len());
+    eprintln!("pod events in etcd: {}; delivered to kubelet watchers: {delivered}; shard streams (router, pod, node): as the watchers opened {opened:?}, mid-run {mid:?}, at the end {end:?}", history.len());
     assert_eq!(mid, (bound, (2 * K) as f64, K as f64), "shard streams mid-run");
     assert_eq!(end, (bound, (2 * K) as f64, K as f64), "shard streams at the end");
 }

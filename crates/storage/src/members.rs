@@ -46,6 +46,50 @@ pub struct ShardMember {
     /// What it has loaded, owned or not.
     #[serde(default)]
     pub loaded: Vec<LoadedRange>,
+    /// What it has written and what it holds, for the axis diagnosis (RFC 0015).
+    #[serde(default)]
+    pub load: ShardLoad,
+}
+
+/// The categories of writes the axis diagnosis tells apart (RFC 0015).
+pub const WRITE_CATEGORIES: [&str; 6] = ["node-leases", "node-status", "events", "pods", "other-builtin", "custom"];
+
+/// A shard's writes since it started and what its caches hold now (RFC 0015).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShardLoad {
+    /// Milliseconds since the shard started, when this was read: rates are differences over it.
+    pub uptime_ms: u64,
+    /// Writes committed, by category ([`WRITE_CATEGORIES`]).
+    pub writes: std::collections::BTreeMap<String, WriteCounts>,
+    /// Writes committed, by resource (`plural` or `plural.group`): creates and deletes tell
+    /// churn apart.
+    pub writes_by_resource: std::collections::BTreeMap<String, WriteCounts>,
+    /// Each cached resource (`plural` or `plural.group`): objects, cache bytes, watchers.
+    pub resources: std::collections::BTreeMap<String, ResourceLoad>,
+}
+
+/// Writes by operation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WriteCounts {
+    pub creates: u64,
+    pub updates: u64,
+    pub deletes: u64,
+}
+
+impl WriteCounts {
+    /// Every write.
+    pub fn total(&self) -> u64 {
+        self.creates + self.updates + self.deletes
+    }
+}
+
+/// What a shard holds of one resource.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResourceLoad {
+    pub objects: u64,
+    pub bytes: u64,
+    pub watchers: u64,
 }
 
 /// A live router as it describes itself.

@@ -23,6 +23,7 @@ mod clients;
 mod etcd;
 mod history;
 mod kubectl;
+pub mod simulator;
 mod workloads;
 
 pub use clients::*;

@@ -68,6 +68,14 @@ enum Command {
     /// which routers (`CN=shardplane-router`) and coordinators (`CN=shardplane-coordinator`)
     /// write. Run once, as `root` (`--etcd-certfile` of a certificate with `CN=root`).
     StoreRoles,
+    /// Which axis the cluster is loaded along (RFC 0015): writes by category and resource over
+    /// a window, cache bytes, objects and watchers by resource, the axis with the numbers that
+    /// say so, and the seam that helps. Read from the shards' member keys.
+    Axes {
+        /// Seconds to measure writes over (by the shards' own clocks).
+        #[arg(long, default_value_t = 10)]
+        window: u64,
+    },
     /// Start rebalancing now; with --dry-run, only show the moves it would start.
     Rebalance {
         #[arg(long)]
@@ -148,6 +156,10 @@ async fn run(args: &Args) -> Result<String, CtlError> {
             let done = storage.set_up_roles().await?;
             Ok(report(serde_json::json!({"done": done}), done.iter().map(|d| format!("{d}\n")).collect()))
         }
+        Command::Axes { window } => {
+            let d = axes(&storage, Duration::from_secs(*window)).await?;
+            Ok(report(serde_json::to_value(&d).expect("json"), shardplane_ctl::axes::render(&d)))
+        }
         Command::Rebalance { dry_run } => {
             if *dry_run {
                 let map = storage.load_range_map().await?.ok_or(CtlError::NoMap)?.map;
@@ -157,6 +169,29 @@ async fn run(args: &Args) -> Result<String, CtlError> {
             }
             let next = edit_map(&storage, |m, members| Ok(rebalance::request_rebalance(m, members, &plan()))).await?;
             Ok(report(serde_json::json!({"balancing": next.balancing, "moves": next.moves.len()}), format!("rebalancing: {} move(s) in flight\n", next.moves.len())))
+        }
+    }
+}
+
+/// Reads the shards' keys, then again once each has published a reading `window` later (by its
+/// own uptime), and diagnoses the difference.
+async fn axes(storage: &Storage, window: Duration) -> Result<shardplane_ctl::axes::Diagnosis, CtlError> {
+    let before = storage.members().await?.shards;
+    if before.is_empty() {
+        return Err(CtlError::Usage("no live shard is registered in this etcd".into()));
+    }
+    // A shard refreshes its key every third of its lease's TTL: allow a few refreshes past the
+    // window.
+    let deadline = Instant::now() + window + Duration::from_secs(60);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = storage.members().await?.shards;
+        let done = before.iter().all(|b| after.iter().find(|a| a.id == b.id).is_none_or(|a| a.load.uptime_ms < b.load.uptime_ms || a.load.uptime_ms >= b.load.uptime_ms + window.as_millis() as u64));
+        if done {
+            return Ok(shardplane_ctl::axes::diagnose(&before, &after));
+        }
+        if Instant::now() >= deadline {
+            return Err(CtlError::Timeout(format!("the shards did not publish a reading {window:?} after the first within a minute")));
         }
     }
 }
