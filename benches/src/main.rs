@@ -14,6 +14,7 @@ mod cluster;
 mod list;
 mod memory;
 mod moves;
+mod node_axis;
 mod objects;
 mod profile;
 mod report;
@@ -30,7 +31,8 @@ use std::time::Instant;
 #[derive(Parser, Debug)]
 #[command(name = "bench")]
 struct Args {
-    /// `all`, or one of: memory-per-shard, list, watch, write, churn, move, store, access; or `serve`, which loads
+    /// `all`, or one of: memory-per-shard, list, watch, write, churn, move, store, access, apf,
+    /// cluster (the node axis: `--objects` is then the ladder of node counts); or `serve`, which loads
     /// `--objects` pods (default 100000), starts `--shards` K behind a router, prints their
     /// URLs and pids and waits for Ctrl-C: a system to profile or try by hand.
     scenario: String,
@@ -53,7 +55,7 @@ struct Args {
     perf: bool,
 }
 
-const SCENARIOS: [&str; 9] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store", "access", "apf"];
+const SCENARIOS: [&str; 10] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store", "access", "apf", "cluster"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -207,6 +209,9 @@ async fn main() {
     }
     if want("apf") {
         sections.push(apf::run(&ctx).await);
+    }
+    if want("cluster") {
+        sections.push(node_axis::run(&ctx).await);
     }
     if !memory_points.is_empty() {
         sections.push(scaling(&ctx, &memory_points, &list_points));

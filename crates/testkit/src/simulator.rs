@@ -87,10 +87,11 @@ pub async fn register_nodes(c: &TestShard, nodes: std::ops::Range<usize>, parall
 pub async fn kubelet(c: Arc<TestShard>, i: usize, renew_every: Duration, status_every: Duration, stats: Arc<Stats>, stop: Arc<AtomicBool>) {
     let name = node_name(i);
     let watches = [format!("/api/v1/pods?watch=1&fieldSelector=spec.nodeName%3D{name}&allowWatchBookmarks=true"), format!("/api/v1/nodes?watch=1&fieldSelector=metadata.name%3D{name}&allowWatchBookmarks=true")];
-    let mut readers = Vec::new();
+    // Aborted with this task, however it ends.
+    let mut readers = AbortOnDrop(Vec::new());
     for w in watches {
         let (c, stats, stop) = (c.clone(), stats.clone(), stop.clone());
-        readers.push(tokio::spawn(async move { follow(&c, &w, &stats, &stop).await }));
+        readers.0.push(tokio::spawn(async move { follow(&c, &w, &stats, &stop).await }));
     }
     let lease_at = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
     let mut current = c.get(&lease_at).await.1;
@@ -122,8 +123,17 @@ pub async fn kubelet(c: Arc<TestShard>, i: usize, renew_every: Duration, status_
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
     }
-    for r in readers {
-        r.abort();
+    drop(readers);
+}
+
+/// Tasks aborted when this is dropped.
+pub struct AbortOnDrop(pub Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
     }
 }
 
