@@ -38,6 +38,10 @@ const MARK_EVERY: Duration = Duration::from_millis(50);
 const OUT_BUFFER: usize = 256;
 /// While switching, shards that have not reached the cut-over are asked for a mark this often.
 const SWITCH_PROGRESS_EVERY: Duration = Duration::from_millis(20);
+/// A catching-up upstream with no mark passed on for this long asks every shard for one...
+pub const CATCH_UP_ASK_EVERY: Duration = Duration::from_millis(500);
+/// ...for this long after it opened (a client whose hub is gone does not ask for ever).
+pub const CATCH_UP_FOR: Duration = Duration::from_secs(30);
 /// How long a switch to a new range map waits for the old shards to reach its cut-over before
 /// the merged watch ends instead (its clients resume).
 const SWITCH_WITHIN: Duration = Duration::from_secs(10);
@@ -137,6 +141,17 @@ fn read(shards: &RouterState, i: usize, resp: reqwest::Response, input: mpsc::Se
 
 /// Opens every shard's stream after `after` and starts merging them.
 pub async fn open(shards: &Arc<RouterState>, spec: &UpstreamSpec, after: u64) -> Result<Result<mpsc::Receiver<Merged>, Response<Body>>, ApiError> {
+    open_with(shards, spec, after, false).await
+}
+
+/// [`open`] for a client catching up with a hub (RFC 0015): with no mark passed on for
+/// [`CATCH_UP_ASK_EVERY`], it asks every shard for one, so that a client on an idle resource
+/// reaches the hub's ring in about that long rather than at the store's next progress notice.
+pub async fn open_catching_up(shards: &Arc<RouterState>, spec: &UpstreamSpec, after: u64) -> Result<Result<mpsc::Receiver<Merged>, Response<Body>>, ApiError> {
+    open_with(shards, spec, after, true).await
+}
+
+async fn open_with(shards: &Arc<RouterState>, spec: &UpstreamSpec, after: u64, catching_up: bool) -> Result<Result<mpsc::Receiver<Merged>, Response<Body>>, ApiError> {
     // The epoch first: if the map changes while the streams open, the change is seen after.
     let mut epochs = shards.epoch_changes();
     let epoch = epochs.borrow_and_update().epoch;
@@ -146,7 +161,8 @@ pub async fn open(shards: &Arc<RouterState>, spec: &UpstreamSpec, after: u64) ->
         Err(answer) => return Ok(Err(answer)),
     };
     let (out, rx) = mpsc::channel(OUT_BUFFER);
-    let upstream = Upstream::start(shards.clone(), spec.clone(), urls, after, streams, shards.upstream_epoch(epoch));
+    let mut upstream = Upstream::start(shards.clone(), spec.clone(), urls, after, streams, shards.upstream_epoch(epoch));
+    upstream.catching_up = catching_up.then(|| tokio::time::Instant::now() + CATCH_UP_FOR);
     tokio::spawn(upstream.run(epochs, out));
     Ok(Ok(rx))
 }
@@ -182,6 +198,9 @@ struct Upstream {
     handover: Handover<Bytes>,
     /// Counts this upstream as reading its shards' epoch.
     _epoch: UpstreamEpoch,
+    /// A client's own upstream catching up with a hub: asks for marks when none come, until
+    /// this instant.
+    catching_up: Option<tokio::time::Instant>,
 }
 
 impl Upstream {
@@ -191,7 +210,7 @@ impl Upstream {
             read(&shards, i, resp, in_tx.clone());
         }
         let k = urls.len();
-        Self { shards, spec, urls, merge: WatchMerge::new(k, after, HELD_BACK), in_tx, in_rx, asked: vec![tokio::time::Instant::now() - PROGRESS_EVERY; k], handover: Handover::new(after), _epoch: epoch }
+        Self { shards, spec, urls, merge: WatchMerge::new(k, after, HELD_BACK), in_tx, in_rx, asked: vec![tokio::time::Instant::now() - PROGRESS_EVERY; k], handover: Handover::new(after), _epoch: epoch, catching_up: None }
     }
 
     /// Asks `shard` for a progress mark unless it was asked less than `every` ago; never waits
@@ -251,8 +270,10 @@ impl Upstream {
         };
         let next = Upstream::start(self.shards.clone(), self.spec.clone(), urls, from, streams, self.shards.upstream_epoch(epoch));
         // The old streams close as their merge is dropped; the old epoch stops being counted.
+        let catching_up = self.catching_up;
         drop(std::mem::replace(self, next));
         self.handover = handover;
+        self.catching_up = catching_up;
         tracing::debug!(epoch, at = w, path = %self.spec.path, "merged watch switched to the new map's shards");
         Ok(())
     }
@@ -328,6 +349,11 @@ impl Upstream {
                 }
             }
             self.ask_lagging(switching.as_ref());
+            if self.catching_up.is_some_and(|until| tokio::time::Instant::now() < until) && marked_at.elapsed() >= CATCH_UP_ASK_EVERY {
+                for shard in 0..self.urls.len() {
+                    self.ask(shard, CATCH_UP_ASK_EVERY);
+                }
+            }
             if let Some(m) = self.merge.bookmark().filter(|m| *m > marked) && marked_at.elapsed() >= MARK_EVERY && out.try_send(Merged::Mark(m)).is_ok() {
                 (marked, marked_at) = (m, tokio::time::Instant::now());
             }

@@ -187,7 +187,7 @@ pub async fn watch(shards: Arc<RouterState>, t: Target, o: ListOptions, query: &
     let source = match shards.hubs.subscribe(&shards, &spec, start, value.as_deref()).await? {
         Err(answer) => return Ok(answer),
         Ok(Some(sub)) => Source::Hub(sub),
-        Ok(None) => match upstream::open(&shards, &spec, start).await? {
+        Ok(None) => match upstream::open_catching_up(&shards, &spec, start).await? {
             Err(answer) => return Ok(answer),
             Ok(rx) => Source::Own { rx, value, hub: (shards.clone(), spec.clone()) },
         },
