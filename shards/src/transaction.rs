@@ -66,7 +66,7 @@ async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Pl
 /// The etcd lease an object of `info` is written on, so that it expires: Events, `--event-ttl`
 /// after their last write (RFC 0015); 0 for everything else.
 async fn expiry_lease(shard: &Shard, info: &ResourceInfo) -> Result<i64, StorageError> {
-    if info.storage_group() == "" && info.plural == "events" {
+    if info.storage_group().is_empty() && info.plural == "events" {
         return shard.store(info).ttl_lease(shard.event_ttl).await;
     }
     Ok(0)

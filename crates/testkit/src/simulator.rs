@@ -183,12 +183,15 @@ pub async fn pod_churn(c: Arc<TestShard>, rate: f64, nodes: usize, lifetime: Dur
     let live: Arc<Mutex<std::collections::VecDeque<(String, Instant)>>> = Arc::default();
     let mut n = 0usize;
     let pods = format!("/api/v1/namespaces/{NAMESPACE}/pods");
+    // Writes under way end with this loop (when its task is aborted too).
+    let mut inflight = AbortOnDrop(Vec::new());
     while !stop.load(Ordering::SeqCst) {
         tick.tick().await;
         n += 1;
+        inflight.0.retain(|t| !t.is_finished());
         let (c2, stats2, live2, pods2) = (c.clone(), stats.clone(), live.clone(), pods.clone());
         let node = node_name(n.wrapping_mul(2_654_435_761) % nodes.max(1));
-        tokio::spawn(async move {
+        inflight.0.push(tokio::spawn(async move {
             let (c, stats, live, pods) = (c2, stats2, live2, pods2);
             let name = format!("pod-{n}-{}", uuid::Uuid::new_v4().simple());
             let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "sim"}}, "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}});
@@ -212,7 +215,7 @@ pub async fn pod_churn(c: Arc<TestShard>, rate: f64, nodes: usize, lifetime: Dur
                 }
             }
             live.lock().unwrap().push_back((name, Instant::now()));
-        });
+        }));
         // Deletes of pods past their lifetime.
         let due: Vec<String> = {
             let mut l = live.lock().unwrap();
@@ -224,7 +227,7 @@ pub async fn pod_churn(c: Arc<TestShard>, rate: f64, nodes: usize, lifetime: Dur
         };
         for name in due {
             let (c2, stats2, pods2) = (c.clone(), stats.clone(), pods.clone());
-            tokio::spawn(async move {
+            inflight.0.push(tokio::spawn(async move {
                 let (c, stats, pods) = (c2, stats2, pods2);
                 let t = Instant::now();
                 if c.delete(&format!("{pods}/{name}"), Some(&json!({"gracePeriodSeconds": 0}))).await.0 == 200 {
@@ -232,7 +235,7 @@ pub async fn pod_churn(c: Arc<TestShard>, rate: f64, nodes: usize, lifetime: Dur
                 } else {
                     stats.refused.fetch_add(1, Ordering::Relaxed);
                 }
-            });
+            }));
         }
     }
 }
@@ -266,24 +269,26 @@ pub async fn session_churn(c: Arc<TestShard>, rate: f64, lifetime: Duration, sta
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut live: std::collections::VecDeque<(String, Instant)> = Default::default();
     let mut n = 0usize;
+    let mut inflight = AbortOnDrop(Vec::new());
     while !stop.load(Ordering::SeqCst) {
         tick.tick().await;
         n += 1;
+        inflight.0.retain(|t| !t.is_finished());
         let name = format!("session-{n}");
         let body = json!({"apiVersion": "agents.shardplane.dev/v1", "kind": "AgentSession", "metadata": {"name": name}, "spec": {"agent": "sim", "model": "m", "phase": "Running"}});
         let (c2, stats2, sessions2) = (c.clone(), stats.clone(), sessions.clone());
-        tokio::spawn(async move {
+        inflight.0.push(tokio::spawn(async move {
             let t = Instant::now();
             if c2.post(&sessions2, &body).await.0 == 201 { stats2.write("session", t.elapsed()) } else { stats2.refused.fetch_add(1, Ordering::Relaxed); }
-        });
+        }));
         live.push_back((name, Instant::now()));
         while live.front().is_some_and(|(_, at)| at.elapsed() >= lifetime) {
             let (name, _) = live.pop_front().unwrap();
             let (c2, stats2, at) = (c.clone(), stats.clone(), format!("{sessions}/{name}"));
-            tokio::spawn(async move {
+            inflight.0.push(tokio::spawn(async move {
                 let t = Instant::now();
                 if c2.delete(&at, None).await.0 == 200 { stats2.write("session", t.elapsed()) } else { stats2.refused.fetch_add(1, Ordering::Relaxed); }
-            });
+            }));
         }
     }
 }
