@@ -10,8 +10,9 @@
 //! - [`server`]: the gRPC services (KV, Watch, Lease, Maintenance) on 127.0.0.1.
 //!
 //! It owns nothing of Kubernetes: keys and values are bytes. It must never acknowledge a write
-//! before it is durable, and never answer a call it does not implement with anything but
-//! `Unimplemented` naming the call.
+//! before it is durable — except when opened with grouped commits (the liveness tier, RFC 0015),
+//! whose bounded loss it states and whose restart never serves a lost revision — and never
+//! answer a call it does not implement with anything but `Unimplemented` naming the call.
 
 pub mod mvcc;
 pub mod server;

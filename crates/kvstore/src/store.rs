@@ -3,8 +3,10 @@
 //! before the compacted revision (the base), the compaction point and the leases. The log keeps
 //! the compacted revision's own changes, so a delete made at it is still there after a restart
 //! for a watch that starts at it. A write is acknowledged only after its changes
-//! are committed (redb's immediate durability: fsync), so it survives `kill -9`. Opening the
-//! database locks its file: a second store on the same directory is refused.
+//! are committed (redb's immediate durability: fsync), so it survives `kill -9`; with grouped
+//! commits (RFC 0015) writes are committed together on a period instead, with a revision
+//! ceiling recorded at each commit ([`Store::append_group`]). Opening the database locks its
+//! file: a second store on the same directory is refused.
 
 use crate::mvcc::{Event, Kv, Mvcc};
 use etcd_client::proto::{PbEvent, PbKeyValue};
