@@ -237,3 +237,53 @@ pub fn rss_bytes(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok()).map_or(0.0, |kib| kib * 1024.0)
 }
+
+/// A fixed share of the machine's CPU for the processes put in it (a cgroup's CPU quota,
+/// cgroup v1 `cpu.cfs_quota_us` or v2 `cpu.max`): `bench cluster` gives each store one, as a
+/// store has its own fixed-size hosts while the API layer scales out (RFC 0015). Removed on
+/// drop, once the processes in it are gone.
+pub struct CpuBudget {
+    dir: PathBuf,
+}
+
+impl CpuBudget {
+    /// A new group allowed `cores` CPUs' worth of time, or why none can be made here (not
+    /// root, no cpu controller).
+    pub fn new(cores: f64) -> Result<Self, String> {
+        let name = format!("shardplane-bench-{}", uuid::Uuid::new_v4().simple());
+        // A short period spreads the quota thin: a throttled store waits milliseconds, not the
+        // default period's 100.
+        let period = 20_000u64;
+        let quota = ((cores * period as f64) as u64).max(1_000);
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        let v2 = Path::new("/sys/fs/cgroup");
+        let (dir, files): (PathBuf, Vec<(&str, String)>) = if v1.join("cpu.cfs_quota_us").exists() {
+            (v1.join(&name), vec![("cpu.cfs_period_us", period.to_string()), ("cpu.cfs_quota_us", quota.to_string())])
+        } else if std::fs::read_to_string(v2.join("cgroup.controllers")).is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu")) {
+            (v2.join(&name), vec![("cpu.max", format!("{quota} {period}"))])
+        } else {
+            return Err("no cgroup cpu controller at /sys/fs/cgroup".into());
+        };
+        std::fs::create_dir(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let budget = Self { dir };
+        for (file, value) in files {
+            std::fs::write(budget.dir.join(file), value).map_err(|e| format!("setting {file}: {e}"))?;
+        }
+        Ok(budget)
+    }
+
+    /// Puts process `pid` (all its threads) in the group.
+    pub fn add(&self, pid: u32) -> Result<(), String> {
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).map_err(|e| format!("moving {pid} into {}: {e}", self.dir.display()))
+    }
+}
+
+impl Drop for CpuBudget {
+    fn drop(&mut self) {
+        // A group can be removed only when empty; its processes may take a moment to go.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::remove_dir(&self.dir).is_err() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}

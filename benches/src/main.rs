@@ -53,6 +53,10 @@ struct Args {
     /// each case that misses its target, and put the flat profiles in the report.
     #[arg(long)]
     perf: bool,
+    /// Which topologies `cluster` runs (comma-separated of one-shard, router, router-tier;
+    /// default all three).
+    #[arg(long, value_delimiter = ',')]
+    topologies: Vec<String>,
 }
 
 const SCENARIOS: [&str; 10] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store", "access", "apf", "cluster"];
@@ -65,6 +69,8 @@ pub struct Ctx {
     pub objects: Vec<usize>,
     /// `--perf`, and perf can sample here.
     pub perf: bool,
+    /// `--topologies`: which of `cluster`'s topologies run (empty: all).
+    pub topologies: Vec<String>,
     plots: PathBuf,
     fonts: bool,
     progress: MultiProgress,
@@ -174,7 +180,7 @@ async fn main() {
     if args.perf && !perf {
         eprintln!("bench: --perf needs linux-perf (apt-get install linux-perf) and perf_event_paranoid ≤ 2; profiling skipped");
     }
-    let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), perf, plots, fonts: report::register_font(), progress: MultiProgress::new() };
+    let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), perf, topologies: args.topologies.clone(), plots, fonts: report::register_font(), progress: MultiProgress::new() };
     let started = Instant::now();
     let want = |name: &str| run_all || args.scenario == name;
     let mut sections = Vec::new();

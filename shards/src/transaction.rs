@@ -37,12 +37,18 @@ pub(crate) async fn update(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &
 /// again, a lost race on a release is a `Conflict` with `read`, the entry the write replaces.
 async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Plan, read: Option<(&Kv, &Value)>, primary: impl Fn(Vec<u8>) -> Primary, op: Op) -> Result<Result<u64, StorageError>, ApiError> {
     let (ns, name) = (meta::meta_str(obj, "namespace").to_owned(), meta::meta_str(obj, "name").to_owned());
-    let mut rounds = 0;
+    let (mut rounds, mut lease_lost) = (0, false);
     loop {
         let charges = resource_quota::charges(shard, info, read.map(|r| r.1), Some(obj)).await.map_err(ApiError::from)?;
         let addresses = service_addresses::companions(shard, &plan, &ns, &name);
         let lease = expiry_lease(shard, info).await.map_err(shardplane_http::storage_errors::status_of)?;
         match commit(shard, info, &primary(stored_bytes(info, obj)), &addresses, &charges, lease).await {
+            // The shared expiry lease is gone from the store (revoked, or a store that lost it in
+            // a crash): write again on a new one, once.
+            Err(e) if lease != 0 && !lease_lost && shardplane_storage::is_lease_not_found(&e) => {
+                lease_lost = true;
+                shard.store(info).forget_ttl_lease(lease).await;
+            }
             Err(StorageError::CompanionConflict { index }) if index < service_addresses::takes(&plan) => service_addresses::pick_again(shard, &mut plan, index, obj).await?,
             // A quota changed since it was read (or a key changed again before the failure was
             // read back): read the quotas again.

@@ -171,12 +171,8 @@ pub fn render(d: &Diagnosis) -> String {
     for r in shown {
         out.push_str(&format!("{:<width$} {:>10} {:>12} {:>9} {:>10.1} {:>9.1}\n", r.resource, r.objects, r.bytes, r.watchers, r.writes_per_second, r.creates_deletes_per_second));
     }
-    let axis = match d.axis {
-        Axis::NodeBound => "node-bound",
-        Axis::ChurnBound => "churn-bound",
-        Axis::StateBound => "state-bound",
-        Axis::None => "none",
-    };
+    // The name `-o json` gives it.
+    let axis = serde_json::to_value(d.axis).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default();
     out.push_str(&format!("\naxis: {axis}: {}\nseam that helps: {}\n", d.because, d.seam));
     out
 }

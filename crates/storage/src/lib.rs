@@ -19,6 +19,7 @@ pub mod range_map;
 pub mod roles;
 pub mod space;
 mod ttl_leases;
+pub use ttl_leases::is_lease_not_found;
 mod watch;
 
 pub use compaction::run_compactor;

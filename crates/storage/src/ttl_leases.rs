@@ -52,6 +52,20 @@ impl Storage {
         *current = Some(Shared { id, expires: now + Duration::from_secs(secs), ttl, attached: 1 });
         Ok(id)
     }
+
+    /// Stops handing out lease `id`: the store no longer has it (revoked, or lost with a store
+    /// that came back from a crash), so the next [`Storage::ttl_lease`] grants a new one.
+    pub async fn forget_ttl_lease(&self, id: i64) {
+        let mut current = self.ttl_leases.current.lock().await;
+        if current.as_ref().is_some_and(|s| s.id == id) {
+            *current = None;
+        }
+    }
+}
+
+/// Whether a write failed because the lease it was written on is gone from the store.
+pub fn is_lease_not_found(e: &crate::StorageError) -> bool {
+    matches!(e, crate::StorageError::Etcd(m) if m.contains("requested lease not found"))
 }
 
 #[cfg(test)]

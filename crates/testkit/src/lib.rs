@@ -39,6 +39,10 @@ pub struct TestShard {
     shutdown: CancellationToken,
     /// The shards behind a router.
     behind: Vec<TestShard>,
+    /// This server's client, keeping its connections between requests as client libraries do
+    /// (a new client per request would open a connection and load root certificates each time,
+    /// which at a simulated cluster's request rates costs more than the server does).
+    http: reqwest::Client,
 }
 
 impl Drop for TestShard {
@@ -116,7 +120,7 @@ impl TestShard {
             .expect("router serves")
         });
         let addr = rx.await.expect("router bound");
-        Self { url: format!("http://{addr}"), addr, shutdown, behind: Vec::new() }
+        Self { url: format!("http://{addr}"), addr, shutdown, behind: Vec::new(), http: client() }
     }
 
     /// Always a shard, never a router: for tests of a shard's own surface (its progress side
@@ -137,32 +141,37 @@ impl TestShard {
             .expect("shard serves");
         });
         let addr = rx.await.expect("shard bound");
-        let s = Self { url: format!("http://{addr}"), addr, shutdown, behind: Vec::new() };
+        let s = Self { url: format!("http://{addr}"), addr, shutdown, behind: Vec::new(), http: client() };
         wait_for(Duration::from_secs(20), || async { client().get(format!("{}/readyz", s.url)).send().await.is_ok_and(|r| r.status() == 200) }).await;
         s
     }
 
     /// A handle on a server started elsewhere (a router), driven through the same helpers.
     pub fn attach(url: String, addr: SocketAddr) -> Self {
-        Self { url, addr, shutdown: CancellationToken::new(), behind: Vec::new() }
+        Self { url, addr, shutdown: CancellationToken::new(), behind: Vec::new(), http: client() }
+    }
+
+    /// The client its helpers send with (its connections are kept and reused).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     /// GET returning (status, JSON body).
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = client().get(format!("{}{path}", self.url)).send().await.unwrap();
+        let r = self.http.get(format!("{}{path}", self.url)).send().await.unwrap();
         (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
     }
 
     /// A request with a JSON body and content type.
     pub async fn send(&self, method: &str, path: &str, content_type: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
-        let r = client()
-            .request(method.parse().unwrap(), format!("{}{path}", self.url))
-            .header("content-type", content_type)
-            .body(body)
-            .send()
-            .await
-            .unwrap();
-        (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+        self.try_send(method, path, content_type, body).await.unwrap()
+    }
+
+    /// [`TestShard::send`], with a failure to get an answer returned rather than failing the
+    /// test (for load generators, which count it).
+    pub async fn try_send(&self, method: &str, path: &str, content_type: &str, body: impl Into<reqwest::Body>) -> reqwest::Result<(u16, Value)> {
+        let r = self.http.request(method.parse().unwrap(), format!("{}{path}", self.url)).header("content-type", content_type).body(body).send().await?;
+        Ok((r.status().as_u16(), r.json().await.unwrap_or(Value::Null)))
     }
 
     /// POST of a JSON object.
@@ -188,7 +197,7 @@ impl TestShard {
 
     /// Opens a watch and returns a line reader.
     pub async fn watch(&self, path: &str) -> WatchReader {
-        let r = client().get(format!("{}{path}", self.url)).send().await.unwrap();
+        let r = self.http.get(format!("{}{path}", self.url)).send().await.unwrap();
         assert_eq!(r.status(), 200, "watch {path}");
         WatchReader { resp: r, buf: Vec::new() }
     }

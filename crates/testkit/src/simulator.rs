@@ -26,8 +26,18 @@ pub struct Stats {
     pub watch_lag: Mutex<Vec<f64>>,
     /// Writes answered with something other than success (429, 5xx, conflicts retried).
     pub refused: AtomicU64,
-    /// When each bind was answered, by pod name, until its kubelet sees it.
-    bound_at: Mutex<HashMap<String, Instant>>,
+    /// Kubelet watches that have been opened (each counted once, however often it reopens).
+    pub watches_open: AtomicU64,
+    /// Binds whose answer and kubelet event have not both arrived, by pod name.
+    bound: Mutex<HashMap<String, Bound>>,
+}
+
+/// The half of a bind's lag that arrived first.
+enum Bound {
+    /// The bind was answered then.
+    Answered(Instant),
+    /// The kubelet saw the pod before the bind's answer came: its lag is 0.
+    Seen,
 }
 
 impl Stats {
@@ -35,10 +45,38 @@ impl Stats {
         self.writes.lock().unwrap().entry(what).or_default().push(took.as_secs_f64());
     }
 
+    /// The bind of `pod` was answered now.
+    fn bind_answered(&self, pod: &str) {
+        let mut bound = self.bound.lock().unwrap();
+        match bound.remove(pod) {
+            Some(Bound::Seen) => self.watch_lag.lock().unwrap().push(0.0),
+            _ => {
+                bound.insert(pod.to_owned(), Bound::Answered(Instant::now()));
+            }
+        }
+    }
+
+    /// A kubelet was told of `pod`.
+    fn pod_seen(&self, pod: &str) {
+        let mut bound = self.bound.lock().unwrap();
+        match bound.remove(pod) {
+            Some(Bound::Answered(at)) => self.watch_lag.lock().unwrap().push(at.elapsed().as_secs_f64()),
+            _ => {
+                bound.insert(pod.to_owned(), Bound::Seen);
+            }
+        }
+    }
+
     /// Every write latency, of every category.
     pub fn all_writes(&self) -> Vec<f64> {
         self.writes.lock().unwrap().values().flatten().copied().collect()
     }
+}
+
+/// A load loop's request: a failure to get any answer (a connection closed under load) is
+/// status 0, which the loop counts as refused, rather than the end of the loop.
+async fn call(c: &TestShard, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+    c.try_send(method, path, "application/json", body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default()).await.unwrap_or((0, Value::Null))
 }
 
 /// The name of node `i`.
@@ -94,7 +132,7 @@ pub async fn kubelet(c: Arc<TestShard>, i: usize, renew_every: Duration, status_
         readers.0.push(tokio::spawn(async move { follow(&c, &w, &stats, &stop).await }));
     }
     let lease_at = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
-    let mut current = c.get(&lease_at).await.1;
+    let mut current = call(&c, "GET", &lease_at, None).await.1;
     let offset = renew_every.mul_f64((i as f64 * 0.618_033_988_75).fract());
     let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + offset, renew_every);
     renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -105,19 +143,19 @@ pub async fn kubelet(c: Arc<TestShard>, i: usize, renew_every: Duration, status_
                 let mut next = lease(&name);
                 next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
                 let t = Instant::now();
-                let (code, body) = c.put(&lease_at, &next).await;
+                let (code, body) = call(&c, "PUT", &lease_at, Some(&next)).await;
                 if code == 200 {
                     stats.write("lease", t.elapsed());
                     current = body;
                 } else {
                     stats.refused.fetch_add(1, Ordering::Relaxed);
-                    current = c.get(&lease_at).await.1;
+                    current = call(&c, "GET", &lease_at, None).await.1;
                 }
             }
             _ = status.tick() => {
                 let t = Instant::now();
                 let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": seconds_time()}]}});
-                let (code, _) = c.send("PATCH", &format!("/api/v1/nodes/{name}/status"), "application/strategic-merge-patch+json", patch.to_string()).await;
+                let (code, _) = c.try_send("PATCH", &format!("/api/v1/nodes/{name}/status"), "application/strategic-merge-patch+json", patch.to_string()).await.unwrap_or((0, Value::Null));
                 if code == 200 { stats.write("node-status", t.elapsed()) } else { stats.refused.fetch_add(1, Ordering::Relaxed); }
             }
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
@@ -141,12 +179,24 @@ impl Drop for AbortOnDrop {
 /// lag of every pod it is told of that the scheduler bound.
 async fn follow(c: &TestShard, path: &str, stats: &Stats, stop: &AtomicBool) {
     let mut rv = rv_now(c, path.split('?').next().unwrap_or(path)).await;
+    let mut opened = false;
     while !stop.load(Ordering::SeqCst) {
-        let resp = crate::client().get(format!("{}{path}&resourceVersion={rv}", c.url)).send().await;
+        let resp = c.http().get(format!("{}{path}&resourceVersion={rv}", c.url)).send().await;
         let Ok(resp) = resp else {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
+        if resp.status() != 200 {
+            // Refused (a 429 while thousands of watches open at once): again after the server's
+            // Retry-After, as a reflector backs off.
+            let after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(after.clamp(1, 10))).await;
+            continue;
+        }
+        if !opened {
+            opened = true;
+            stats.watches_open.fetch_add(1, Ordering::SeqCst);
+        }
         let mut w = WatchReader::from_response(resp);
         while let Some(e) = w.next(Duration::from_secs(3600)).await {
             match e["type"].as_str().unwrap_or("") {
@@ -156,8 +206,8 @@ async fn follow(c: &TestShard, path: &str, stats: &Stats, stop: &AtomicBool) {
                 }
                 kind => {
                     rv = crate::event_rv(&e);
-                    if kind == "ADDED" && let Some(at) = e["object"]["metadata"]["name"].as_str().and_then(|n| stats.bound_at.lock().unwrap().remove(n)) {
-                        stats.watch_lag.lock().unwrap().push(at.elapsed().as_secs_f64());
+                    if kind == "ADDED" && e["object"]["kind"] == "Pod" && let Some(name) = e["object"]["metadata"]["name"].as_str() {
+                        stats.pod_seen(name);
                     }
                 }
             }
@@ -167,7 +217,7 @@ async fn follow(c: &TestShard, path: &str, stats: &Stats, stop: &AtomicBool) {
 
 async fn rv_now(c: &TestShard, collection: &str) -> u64 {
     loop {
-        let (code, list) = c.get(&format!("{collection}?limit=1")).await;
+        let (code, list) = call(c, "GET", &format!("{collection}?limit=1"), None).await;
         if code == 200 {
             return crate::rv(&list);
         }
@@ -196,7 +246,7 @@ pub async fn pod_churn(c: Arc<TestShard>, rate: f64, nodes: usize, lifetime: Dur
             let name = format!("pod-{n}-{}", uuid::Uuid::new_v4().simple());
             let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "sim"}}, "spec": {"containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "10m"}}}]}});
             let t = Instant::now();
-            if c.post(&pods, &pod).await.0 != 201 {
+            if call(&c, "POST", &pods, Some(&pod)).await.0 != 201 {
                 stats.refused.fetch_add(1, Ordering::Relaxed);
                 return;
             }
@@ -204,13 +254,12 @@ pub async fn pod_churn(c: Arc<TestShard>, rate: f64, nodes: usize, lifetime: Dur
             if nodes > 0 {
                 let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
                 let t = Instant::now();
-                stats.bound_at.lock().unwrap().insert(name.clone(), Instant::now());
-                if c.post(&format!("{pods}/{name}/binding"), &binding).await.0 == 201 {
+                if call(&c, "POST", &format!("{pods}/{name}/binding"), Some(&binding)).await.0 == 201 {
                     stats.write("binding", t.elapsed());
                     // The lag counts from the answer.
-                    stats.bound_at.lock().unwrap().insert(name.clone(), Instant::now());
+                    stats.bind_answered(&name);
                 } else {
-                    stats.bound_at.lock().unwrap().remove(&name);
+                    stats.bound.lock().unwrap().remove(&name);
                     stats.refused.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -230,7 +279,7 @@ pub async fn pod_churn(c: Arc<TestShard>, rate: f64, nodes: usize, lifetime: Dur
             inflight.0.push(tokio::spawn(async move {
                 let (c, stats, pods) = (c2, stats2, pods2);
                 let t = Instant::now();
-                if c.delete(&format!("{pods}/{name}"), Some(&json!({"gracePeriodSeconds": 0}))).await.0 == 200 {
+                if call(&c, "DELETE", &format!("{pods}/{name}"), Some(&json!({"gracePeriodSeconds": 0}))).await.0 == 200 {
                     stats.write("pod", t.elapsed());
                 } else {
                     stats.refused.fetch_add(1, Ordering::Relaxed);
@@ -279,7 +328,7 @@ pub async fn session_churn(c: Arc<TestShard>, rate: f64, lifetime: Duration, sta
         let (c2, stats2, sessions2) = (c.clone(), stats.clone(), sessions.clone());
         inflight.0.push(tokio::spawn(async move {
             let t = Instant::now();
-            if c2.post(&sessions2, &body).await.0 == 201 { stats2.write("session", t.elapsed()) } else { stats2.refused.fetch_add(1, Ordering::Relaxed); }
+            if call(&c2, "POST", &sessions2, Some(&body)).await.0 == 201 { stats2.write("session", t.elapsed()) } else { stats2.refused.fetch_add(1, Ordering::Relaxed); }
         }));
         live.push_back((name, Instant::now()));
         while live.front().is_some_and(|(_, at)| at.elapsed() >= lifetime) {
@@ -287,7 +336,7 @@ pub async fn session_churn(c: Arc<TestShard>, rate: f64, lifetime: Duration, sta
             let (c2, stats2, at) = (c.clone(), stats.clone(), format!("{sessions}/{name}"));
             inflight.0.push(tokio::spawn(async move {
                 let t = Instant::now();
-                if c2.delete(&at, None).await.0 == 200 { stats2.write("session", t.elapsed()) } else { stats2.refused.fetch_add(1, Ordering::Relaxed); }
+                if call(&c2, "DELETE", &at, None).await.0 == 200 { stats2.write("session", t.elapsed()) } else { stats2.refused.fetch_add(1, Ordering::Relaxed); }
             }));
         }
     }

@@ -53,3 +53,32 @@ async fn events_expire_a_ttl_after_their_last_write_on_shared_leases() {
     assert!(rewritten.elapsed() >= TTL);
     assert_eq!(router.get("/api/v1/namespaces/default/configmaps/stays").await.0, 200, "nothing else expires");
 }
+
+/// A store that lost the shared lease (revoked here, as a store coming back from a crash
+/// without it would have it): the next Event is written on a new lease, not refused until the
+/// shared one's reuse window ends.
+#[tokio::test]
+async fn an_event_written_after_its_shared_lease_is_lost_gets_a_new_one() {
+    let (etcd, _shards, router) = routed_cluster_with(1, |c| c.event_ttl = Duration::from_secs(600)).await;
+    let (code, body) = router.post("/api/v1/namespaces/default/events", &event("before")).await;
+    assert_eq!(code, 201, "{body}");
+    let mut kv = etcd_client::Client::connect([etcd.endpoint.as_str()], None).await.unwrap();
+    let reader = kv.clone();
+    let stored = |name: &'static str| {
+        let mut kv = reader.clone();
+        async move {
+            let all = kv.get(resource_prefix("", "events").as_bytes(), Some(etcd_client::GetOptions::new().with_prefix())).await.unwrap();
+            all.kvs().iter().find(|e| e.key_str().unwrap().ends_with(&format!("/default/{name}"))).map(|e| e.lease()).expect("stored")
+        }
+    };
+    let lost = stored("before").await;
+    assert_ne!(lost, 0);
+    kv.lease_revoke(lost).await.unwrap();
+    // Within the 30 s reuse window of a 600 s TTL: the shard would hand out the lost lease.
+    let (code, body) = router.post("/api/v1/namespaces/default/events", &event("after")).await;
+    assert_eq!(code, 201, "{body}");
+    let lease = stored("after").await;
+    assert!(lease != 0 && lease != lost, "written on a new lease: {lease}");
+    let ttl = kv.lease_time_to_live(lease, None).await.unwrap().granted_ttl();
+    assert_eq!(ttl, 630, "the TTL and its reuse window");
+}
