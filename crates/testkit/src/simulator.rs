@@ -76,7 +76,12 @@ impl Stats {
 /// A load loop's request: a failure to get any answer (a connection closed under load) is
 /// status 0, which the loop counts as refused, rather than the end of the loop.
 async fn call(c: &TestShard, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-    c.try_send(method, path, "application/json", body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default()).await.unwrap_or((0, Value::Null))
+    call_as(c, method, path, "application/json", body.map(|b| serde_json::to_vec(b).unwrap()).unwrap_or_default()).await
+}
+
+/// [`call`] with a body of another content type (a patch).
+async fn call_as(c: &TestShard, method: &str, path: &str, content_type: &str, body: Vec<u8>) -> (u16, Value) {
+    c.try_send(method, path, content_type, body).await.unwrap_or((0, Value::Null))
 }
 
 /// The name of node `i`.
@@ -155,7 +160,7 @@ pub async fn kubelet(c: Arc<TestShard>, i: usize, renew_every: Duration, status_
             _ = status.tick() => {
                 let t = Instant::now();
                 let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": seconds_time()}]}});
-                let (code, _) = c.try_send("PATCH", &format!("/api/v1/nodes/{name}/status"), "application/strategic-merge-patch+json", patch.to_string()).await.unwrap_or((0, Value::Null));
+                let (code, _) = call_as(&c, "PATCH", &format!("/api/v1/nodes/{name}/status"), "application/strategic-merge-patch+json", patch.to_string().into_bytes()).await;
                 if code == 200 { stats.write("node-status", t.elapsed()) } else { stats.refused.fetch_add(1, Ordering::Relaxed); }
             }
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
