@@ -57,6 +57,9 @@ struct Args {
     /// default all three).
     #[arg(long, value_delimiter = ',')]
     topologies: Vec<String>,
+    /// Which ladders `cluster` runs (comma-separated of shared, budget; default both).
+    #[arg(long, value_delimiter = ',')]
+    ladders: Vec<String>,
 }
 
 const SCENARIOS: [&str; 10] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store", "access", "apf", "cluster"];
@@ -71,6 +74,8 @@ pub struct Ctx {
     pub perf: bool,
     /// `--topologies`: which of `cluster`'s topologies run (empty: all).
     pub topologies: Vec<String>,
+    /// `--ladders`: which of `cluster`'s ladders run (empty: both).
+    pub ladders: Vec<String>,
     plots: PathBuf,
     fonts: bool,
     progress: MultiProgress,
@@ -180,7 +185,7 @@ async fn main() {
     if args.perf && !perf {
         eprintln!("bench: --perf needs linux-perf (apt-get install linux-perf) and perf_event_paranoid ≤ 2; profiling skipped");
     }
-    let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), perf, topologies: args.topologies.clone(), plots, fonts: report::register_font(), progress: MultiProgress::new() };
+    let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), perf, topologies: args.topologies.clone(), ladders: args.ladders.clone(), plots, fonts: report::register_font(), progress: MultiProgress::new() };
     let started = Instant::now();
     let want = |name: &str| run_all || args.scenario == name;
     let mut sections = Vec::new();

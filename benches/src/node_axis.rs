@@ -4,8 +4,9 @@
 //! fixed rate, each pod deleted a minute later, run against three topologies: one shard on
 //! etcd, a router over four shards on etcd, and the same with the liveness tier (Leases and
 //! Events on a store that commits in groups). Two ladders of N: one where every process
-//! shares the machine, one where each store gets a fixed CPU budget (a store's hosts do not
-//! grow with the API layer); each runs the topologies one after another (A, B, C at each N)
+//! shares the machine, one where the stores run as production runs them (the main etcd three
+//! members on disk, the tier on the same disk) and each store process gets a fixed CPU budget
+//! (a store's hosts do not grow with the API layer); each runs the topologies one after another (A, B, C at each N)
 //! and finds the largest N whose write p99 and watch-lag p99 both stay at or under a second.
 //! Reported: write and lag percentiles with their sample counts, CPU per write and memory in
 //! each process, the main etcd's node-liveness writes (counted by a watch on its Lease keys),
@@ -16,7 +17,7 @@ use crate::report::{percentile, Section};
 use crate::Ctx;
 use shardplane_keyspace::etcd_layout::{prefix_end, resource_prefix};
 use shardplane_testkit::simulator::{self, Stats};
-use shardplane_testkit::TestShard;
+use shardplane_testkit::{EtcdCluster, TestShard};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -76,6 +77,19 @@ struct Run {
     /// (process, CPU seconds in the window, RSS bytes at the end).
     processes: Vec<(String, f64, f64)>,
     seconds: f64,
+    /// What a renewal, a pod write and an open watch cost each process (shared cores only).
+    costs: Vec<Cost>,
+}
+
+/// One process's CPU per cause, from [`split_costs`].
+struct Cost {
+    process: String,
+    /// CPU seconds per renewal.
+    renewal: f64,
+    /// CPU seconds per pod write (create, binding or delete).
+    pod_write: f64,
+    /// Cores per watch held open (the process's fixed background work spread over them).
+    watch: f64,
 }
 
 impl Run {
@@ -100,9 +114,10 @@ impl Drop for TempDir {
 }
 
 impl Tier {
-    async fn start(router: &std::path::Path) -> Self {
+    /// The tier with its data under `base`.
+    async fn start(router: &std::path::Path, base: &std::path::Path) -> Self {
         use tokio::io::AsyncBufReadExt;
-        let dir = TempDir(std::path::Path::new("/dev/shm").join(format!("shardplane-tier-{}", uuid::Uuid::new_v4())));
+        let dir = TempDir(base.join(format!("shardplane-tier-{}", uuid::Uuid::new_v4())));
         let mut child = tokio::process::Command::new(router)
             .args(["--store-only", "--data-dir", dir.0.join("store").to_str().unwrap(), "--store-listen", "127.0.0.1:0", "--store-commit-interval-ms", "500"])
             .stdout(std::process::Stdio::piped())
@@ -151,24 +166,74 @@ async fn count_lease_writes(etcd: &str, stop: Arc<AtomicBool>) -> Arc<AtomicU64>
     count
 }
 
-/// One run; with `budget`, the main etcd and the tier each get that many cores (their groups
-/// outlive them: declared first, dropped last). Err: the budget cannot be set here.
+/// The main etcd: one member on tmpfs (shared cores), or as production runs it (a budget).
+enum MainStore {
+    One(shardplane_testkit::Etcd),
+    Production(EtcdCluster),
+}
+
+impl MainStore {
+    fn endpoints(&self) -> String {
+        match self {
+            MainStore::One(e) => e.endpoint.clone(),
+            MainStore::Production(c) => c.endpoints_flag(),
+        }
+    }
+
+    fn first_endpoint(&self) -> &str {
+        match self {
+            MainStore::One(e) => &e.endpoint,
+            MainStore::Production(c) => &c.endpoints[0],
+        }
+    }
+
+    /// (name, pid) of each of its processes.
+    fn processes(&self) -> Vec<(String, u32)> {
+        match self {
+            MainStore::One(e) => vec![("etcd".to_owned(), e.pid())],
+            MainStore::Production(c) => c.pids().into_iter().enumerate().map(|(i, p)| (format!("etcd member {i}"), p)).collect(),
+        }
+    }
+}
+
+/// Members of the main etcd when it runs as production runs it.
+const ETCD_MEMBERS: usize = 3;
+
+/// Where stores run as production runs them keep their data: on the workspace's disk (a real
+/// device that fsyncs), not tmpfs.
+fn disk_base() -> std::path::PathBuf {
+    let dir = cluster::workspace_root().join("target/node-axis/stores");
+    std::fs::create_dir_all(&dir).expect("the stores' directory");
+    dir
+}
+
+/// One run. With `budget`, the stores run as production runs them and each store process
+/// gets that many cores: the main etcd is [`ETCD_MEMBERS`] members with their data on disk,
+/// each in its own group; the tier one process, its data on the same disk, in its own.
+/// Without, one etcd member and the tier keep their data on tmpfs and share the machine.
+/// Err: the budget cannot be set here.
 async fn run_one(ctx: &Ctx, setup: Setup, nodes: usize, window: Duration, budget: Option<f64>) -> Result<Run, String> {
     // A smoke run compresses the heartbeat so that its warm-up is short.
     let renew_every = if ctx.smoke { Duration::from_secs(1) } else { RENEW_EVERY };
-    let groups = match budget {
-        Some(cores) => Some((cluster::CpuBudget::new(cores)?, cluster::CpuBudget::new(cores)?)),
-        None => None,
-    };
-    let etcd = crate::start_etcd().await;
-    let tier = if setup == Setup::RouterWithTier { Some(Tier::start(&ctx.router).await) } else { None };
-    if let Some((main, liveness)) = &groups {
-        if etcd.pid() == std::process::id() {
-            return Err("the store is embedded in the benchmark's own process (SHARDPLANE_STORE=embedded)".into());
+    let etcd = match budget {
+        Some(_) => {
+            if shardplane_testkit::embedded_store() {
+                return Err("the store is embedded in the benchmark's own process (SHARDPLANE_STORE=embedded)".into());
+            }
+            MainStore::Production(EtcdCluster::start(ETCD_MEMBERS, &disk_base(), &["--quota-backend-bytes", "8589934592"]).await)
         }
-        main.add(etcd.pid())?;
-        if let Some(t) = &tier {
-            liveness.add(t.child.id().unwrap_or(0))?;
+        None => MainStore::One(crate::start_etcd().await),
+    };
+    let tier_base = if budget.is_some() { disk_base() } else { std::path::PathBuf::from("/dev/shm") };
+    let tier = if setup == Setup::RouterWithTier { Some(Tier::start(&ctx.router, &tier_base).await) } else { None };
+    // Dropped at the end after the processes in them: a group is removed only when empty.
+    let mut groups = Vec::new();
+    if let Some(cores) = budget {
+        let stores = etcd.processes().into_iter().map(|(_, p)| p).chain(tier.iter().map(|t| t.child.id().unwrap_or(0)));
+        for pid in stores {
+            let group = cluster::CpuBudget::new(cores)?;
+            group.add(pid)?;
+            groups.push(group);
         }
     }
     let k = if setup == Setup::OneShard { 1 } else { 4 };
@@ -177,7 +242,7 @@ async fn run_one(ctx: &Ctx, setup: Setup, nodes: usize, window: Duration, budget
         flags.extend(["--storage-config".to_owned(), t.contract()]);
     }
     let flag_refs: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let topology = Topology::start_with(&ctx.router, &etcd.endpoint, k, &flag_refs).await;
+    let topology = Topology::start_with(&ctx.router, &etcd.endpoints(), k, &flag_refs).await;
     let addr = topology.url.trim_start_matches("http://").parse().expect("router address");
     let router = Arc::new(TestShard::attach(topology.url.clone(), addr));
     router.namespace(simulator::NAMESPACE).await;
@@ -203,8 +268,9 @@ async fn run_one(ctx: &Ctx, setup: Setup, nodes: usize, window: Duration, budget
     stats.watch_lag.lock().unwrap().clear();
     stats.refused.store(0, Ordering::SeqCst);
     let counting = Arc::new(AtomicBool::new(false));
-    let main_leases = count_lease_writes(&etcd.endpoint, counting.clone()).await;
-    let mut pids: Vec<(String, u32)> = vec![("router".to_owned(), topology.router_pid()), ("etcd".to_owned(), etcd.pid())];
+    let main_leases = count_lease_writes(etcd.first_endpoint(), counting.clone()).await;
+    let mut pids: Vec<(String, u32)> = vec![("router".to_owned(), topology.router_pid())];
+    pids.extend(etcd.processes());
     pids.extend(topology.shards.iter().enumerate().map(|(i, s)| (format!("shard {i}"), s.pid)));
     if let Some(t) = &tier {
         pids.push(("liveness tier".to_owned(), t.child.id().unwrap_or(0)));
@@ -217,13 +283,21 @@ async fn run_one(ctx: &Ctx, setup: Setup, nodes: usize, window: Duration, budget
     tokio::time::sleep(window).await;
     let seconds = started.elapsed().as_secs_f64();
     save_metrics(&topology, setup, nodes, budget).await;
-    let processes = pids.iter().zip(&cpu0).map(|((n, p), c0)| (n.clone(), cluster::cpu_seconds(*p) - c0, cluster::rss_bytes(*p))).collect();
+    let processes: Vec<(String, f64, f64)> = pids.iter().zip(&cpu0).map(|((n, p), c0)| (n.clone(), cluster::cpu_seconds(*p) - c0, cluster::rss_bytes(*p))).collect();
     let writes = stats.all_writes();
     for (what, v) in stats.writes.lock().unwrap().iter() {
         eprintln!("cluster: {} N={nodes}: {what}: p50 {} p99 {} max {} (n={})", setup.name(), fmt_p(v, 0.5), fmt_p(v, 0.99), fmt_p(v, 1.0), v.len());
     }
     let renewals = stats.writes.lock().unwrap().get("lease").map_or(0, Vec::len);
-    let run = Run { setup, nodes, budget, watches_open, lag: stats.watch_lag.lock().unwrap().clone(), refused: stats.refused.load(Ordering::SeqCst), renewals, main_lease_writes: main_leases.load(Ordering::SeqCst), writes, processes, seconds };
+    let (lag, refused, main_lease_writes) = (stats.watch_lag.lock().unwrap().clone(), stats.refused.load(Ordering::SeqCst), main_leases.load(Ordering::SeqCst));
+    let costs = if budget.is_none() {
+        bar.set_message(format!("cluster: {} with {nodes} nodes: splitting costs", setup.name()));
+        let full = Rates { cpu: processes.iter().map(|(_, c, _)| c / seconds).collect(), renewals: renewals as f64 / seconds, pod_writes: 0.0 };
+        split_costs(&stats, &pids, full, 2 * nodes, window / 2).await
+    } else {
+        Vec::new()
+    };
+    let run = Run { setup, nodes, budget, watches_open, lag, refused, renewals, main_lease_writes, writes, processes, seconds, costs };
     stop.store(true, Ordering::SeqCst);
     counting.store(true, Ordering::SeqCst);
     drop(load);
@@ -233,6 +307,50 @@ async fn run_one(ctx: &Ctx, setup: Setup, nodes: usize, window: Duration, budget
     drop(etcd);
     drop(groups);
     Ok(run)
+}
+
+/// CPU rates of the processes (cores, in `pids` order) and the writes meanwhile (per second).
+struct Rates {
+    cpu: Vec<f64>,
+    renewals: f64,
+    pod_writes: f64,
+}
+
+/// After the full window (`full`), the same cluster measured twice more for `each`: with
+/// renewals paused (the scheduler's pod writes and the open watches), then with the scheduler
+/// paused too (open watches, nothing written). Per process: the idle rate over the open
+/// watches is the cost of a watch; the pods-only rate above idle, over the pod writes, the cost
+/// of a pod write (measured apart from the renewals, whose load would drown their small
+/// rate); the full rate above pods-only, over the renewals, the cost of a renewal (RFC 0015,
+/// "Capacity model"). Leaves both paused.
+async fn split_costs(stats: &Stats, pids: &[(String, u32)], full: Rates, watches: usize, each: Duration) -> Vec<Cost> {
+    let count = |what: &[&str]| what.iter().map(|w| stats.writes.lock().unwrap().get(w).map_or(0, Vec::len)).sum::<usize>();
+    let measure = || async move {
+        // Writes under way when a pause began finish first.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (pods0, t0) = (count(&["pod", "binding"]), Instant::now());
+        let cpu0: Vec<f64> = pids.iter().map(|(_, p)| cluster::cpu_seconds(*p)).collect();
+        tokio::time::sleep(each).await;
+        let secs = t0.elapsed().as_secs_f64();
+        let cpu = pids.iter().zip(&cpu0).map(|((_, p), c0)| (cluster::cpu_seconds(*p) - c0) / secs).collect();
+        Rates { cpu, renewals: 0.0, pod_writes: (count(&["pod", "binding"]) - pods0) as f64 / secs }
+    };
+    stats.renewals_paused.store(true, Ordering::SeqCst);
+    let pods_only = measure().await;
+    stats.pods_paused.store(true, Ordering::SeqCst);
+    let idle = measure().await;
+    pids.iter()
+        .enumerate()
+        .map(|(i, (name, _))| {
+            let per = |delta: f64, rate: f64| if rate > 0.0 { delta / rate } else { 0.0 };
+            Cost {
+                process: name.clone(),
+                renewal: per(full.cpu[i] - pods_only.cpu[i], full.renewals),
+                pod_write: per(pods_only.cpu[i] - idle.cpu[i], pods_only.pod_writes),
+                watch: idle.cpu[i] / watches.max(1) as f64,
+            }
+        })
+        .collect()
 }
 
 /// Keeps the router's and each shard's /metrics at the window's end under
@@ -268,14 +386,22 @@ struct Ladder {
     budget: Option<f64>,
 }
 
+impl Ladder {
+    /// Its name for `--ladders`.
+    fn flag(&self) -> &'static str {
+        if self.budget.is_some() { "budget" } else { "shared" }
+    }
+}
+
 /// Runs both ladders and reports.
 pub async fn run(ctx: &Ctx) -> Section {
     let window = if ctx.smoke { Duration::from_secs(3) } else { Duration::from_secs(40) };
     let steps = |full: &[usize]| if ctx.smoke { vec![10] } else if ctx.objects.is_empty() { full.to_vec() } else { ctx.objects.clone() };
-    let ladders = [Ladder { steps: steps(&[4000, 8000]), budget: None }, Ladder { steps: steps(&[1000, 2000, 3000, 4000, 6000, 8000]), budget: Some(STORE_BUDGET) }];
+    let ladders = [Ladder { steps: steps(&[8000]), budget: None }, Ladder { steps: steps(&[2000, 3000, 4000, 5000, 6000, 8000]), budget: Some(STORE_BUDGET) }];
     let setups: Vec<Setup> = [Setup::OneShard, Setup::Router, Setup::RouterWithTier].into_iter().filter(|s| ctx.topologies.is_empty() || ctx.topologies.iter().any(|t| t == s.flag())).collect();
     let mut runs: Vec<Run> = Vec::new();
     let mut not_run: Option<String> = None;
+    let ladders: Vec<Ladder> = ladders.into_iter().filter(|l| ctx.ladders.is_empty() || ctx.ladders.iter().any(|f| f == l.flag())).collect();
     'ladders: for ladder in &ladders {
         let mut failed = vec![false; setups.len()];
         for &n in &ladder.steps {
@@ -304,7 +430,7 @@ pub async fn run(ctx: &Ctx) -> Section {
 
 /// "shared" or the stores' budget.
 fn stores(budget: Option<f64>) -> String {
-    budget.map_or_else(|| "shared cores".to_owned(), |b| format!("{b} core each"))
+    budget.map_or_else(|| "shared cores".to_owned(), |b| format!("{b} core each, on disk"))
 }
 
 fn report(runs: &[Run], window: Duration, not_run: Option<String>) -> Section {
@@ -317,7 +443,7 @@ fn report(runs: &[Run], window: Duration, not_run: Option<String>) -> Section {
         window.as_secs()
     ));
     s.line(format!(
-        "Two ladders, each running the three topologies one after another at each N. **Shared cores**: every process (stores, router, shards, simulator) shares the machine. **Stores at a fixed budget**: the main etcd and the liveness tier each get {STORE_BUDGET} core (a cgroup CPU quota), as stores run on hosts of a fixed size while routers and shards scale out by adding processes; this is the ladder the seam's target is judged on.\n"
+        "Two ladders, each running the three topologies one after another at each N. **Shared cores**: every process (stores, router, shards, simulator) shares the machine; the main etcd is one member and both stores keep their data on tmpfs, so they pay no replication and no fsync: the API layer's view. **Stores as production runs them, at a fixed budget**: the main etcd is {ETCD_MEMBERS} members with their data on disk (each write committed by a quorum and fsynced by each member), the liveness tier one process with its data on the same disk (grouped commits); each store process gets {STORE_BUDGET} core (a cgroup CPU quota), as a store member has a host of a fixed size while routers and shards scale out by adding processes. This is the ladder the seam's target is judged on.\n"
     ));
     if let Some(why) = &not_run {
         s.line(format!("**The budgeted ladder did not run**: {why}.\n"));
@@ -371,7 +497,7 @@ fn report(runs: &[Run], window: Duration, not_run: Option<String>) -> Section {
         s.line("CPU per write (all writes in the window) and memory, by process, at each topology's largest sustained N (shared cores where that ladder ran):\n");
         s.table(&["topology", "stores", "nodes", "process", "CPU per write", "cores busy", "RSS"], &cpu_rows);
     }
-    s.line(capacity_model(runs));
+    capacity_model(&mut s, runs);
     s
 }
 
@@ -381,28 +507,49 @@ fn best(runs: &[Run], setup: Setup) -> Option<&Run> {
     sustained(None).or_else(|| sustained(Some(STORE_BUDGET)))
 }
 
-/// Cores for 100,000 nodes (10,000 renewals/s) from the measured CPU per write, with and
-/// without the tier: each process's CPU per write at the largest sustained N, scaled to the
-/// renewal rate (renewals are most of the writes there).
-fn capacity_model(runs: &[Run]) -> String {
-    let mut out = String::from("**Capacity model for 100,000 nodes** (10,000 renewals/s; each process's measured CPU per write times that rate; watches add memory, not CPU, while idle):\n\n");
+/// The load of 100,000 nodes: a renewal each every 10 s; renewals ~70% of all writes (the
+/// rest taken here as pod writes); two watches per node.
+const RENEWALS_100K: f64 = 10_000.0;
+const POD_WRITES_100K: f64 = 4_300.0;
+const WATCHES_100K: f64 = 200_000.0;
+
+/// The processes of a topology, grouped as the model counts them.
+const GROUPS: [(&str, &str); 4] = [("router", "router"), ("shard", "shards in all"), ("etcd", "etcd"), ("liveness tier", "liveness tier")];
+
+/// Each process group's cost per cause at each topology's shared-cores run, and the cores
+/// 100,000 nodes would need with and without the tier: cost per renewal × 10,000/s, per pod
+/// write × 4,300/s, per open watch × 200,000.
+fn capacity_model(s: &mut Section, runs: &[Run]) {
+    let with_costs = |setup: Setup| runs.iter().filter(|r| r.setup == setup && !r.costs.is_empty() && r.sustained()).max_by_key(|r| r.nodes);
+    let group = |r: &Run, prefix: &str| -> Option<(f64, f64, f64)> {
+        let of: Vec<&Cost> = r.costs.iter().filter(|c| c.process.starts_with(prefix)).collect();
+        (!of.is_empty()).then(|| (of.iter().map(|c| c.renewal).sum(), of.iter().map(|c| c.pod_write).sum(), of.iter().map(|c| c.watch).sum()))
+    };
+    let mut rows = Vec::new();
+    for setup in [Setup::OneShard, Setup::Router, Setup::RouterWithTier] {
+        let Some(r) = with_costs(setup) else { continue };
+        for (prefix, label) in GROUPS {
+            if let Some((renewal, pod, watch)) = group(r, prefix) {
+                rows.push(vec![setup.name().to_owned(), r.nodes.to_string(), label.to_owned(), format!("{:.0} µs", renewal * 1e6), format!("{:.0} µs", pod * 1e6), format!("{:.2} µs/s", watch * 1e6)]);
+            }
+        }
+    }
+    if rows.is_empty() {
+        s.line("**Capacity model**: no sustained shared-cores run to split costs from.\n");
+        return;
+    }
+    s.line("**CPU by cause** (shared cores, each topology's largest sustained N): after the measured window the same cluster ran again with renewals paused (pod writes and open watches), then with the scheduler paused too (watches held open, nothing written), each for half the window; each cost is the difference of a process's CPU rate between two windows over the rate of what the second paused. An open watch's cost includes the process's fixed background work (bookmarks, progress, compaction) spread over its watches; a difference under the noise can come out negative.\n");
+    s.table(&["topology", "nodes", "process", "per renewal", "per pod write", "per open watch"], &rows);
+    let mut out = format!("**Capacity model for 100,000 nodes** ({RENEWALS_100K:.0} renewals/s, {POD_WRITES_100K:.0} pod writes/s so that renewals are ~70% of writes, {WATCHES_100K:.0} watches open; cores = cost per cause × its rate, negative costs taken as 0):\n\n");
     for setup in [Setup::Router, Setup::RouterWithTier] {
-        let Some(r) = best(runs, setup) else {
+        let Some(r) = with_costs(setup) else {
             out.push_str(&format!("- {}: no sustained run to model from.\n", setup.name()));
             continue;
         };
-        let per_write = |name: &str| r.processes.iter().filter(|(p, _, _)| p.starts_with(name)).map(|(_, c, _)| c).sum::<f64>() / r.writes.len().max(1) as f64;
-        let cores = |name: &str| per_write(name) * 10_000.0;
-        out.push_str(&format!(
-            "- {} (from N={}): router {:.1} cores, shards {:.1} cores in all, etcd {:.1} cores{}.\n",
-            setup.name(),
-            r.nodes,
-            cores("router"),
-            cores("shard"),
-            cores("etcd"),
-            if setup == Setup::RouterWithTier { format!(", liveness tier {:.1} cores", cores("liveness tier")) } else { String::new() }
-        ));
+        let cores = |prefix: &str| group(r, prefix).map(|(renewal, pod, watch)| renewal.max(0.0) * RENEWALS_100K + pod.max(0.0) * POD_WRITES_100K + watch.max(0.0) * WATCHES_100K);
+        let parts: Vec<String> = GROUPS.iter().filter_map(|(prefix, label)| cores(prefix).map(|c| format!("{label} {c:.1}"))).collect();
+        let total: f64 = GROUPS.iter().filter_map(|(prefix, _)| cores(prefix)).sum();
+        out.push_str(&format!("- {} (costs from N={}): {} cores; {total:.1} in all.\n", setup.name(), r.nodes, parts.join(", ")));
     }
-    out.push('\n');
-    out
+    s.line(out);
 }

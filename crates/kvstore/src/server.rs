@@ -58,11 +58,6 @@ struct Watcher {
     end_stream: tokio_util::sync::CancellationToken,
 }
 
-struct Lease {
-    ttl: i64,
-    expires: Instant,
-}
-
 struct State {
     mvcc: Mvcc,
     watchers: Vec<Watcher>,
@@ -76,6 +71,10 @@ struct State {
     ceiling: i64,
     /// Grouped commits: how far above the current revision each commit puts the ceiling.
     headroom: i64,
+    /// The next lease ID to grant: IDs only grow, so a revoked or expired lease's ID is never
+    /// granted again (a client still holding it must get "lease not found", not someone
+    /// else's lease). See [`first_lease_id`] for why they also grow across restarts.
+    next_lease: i64,
 }
 
 /// The store and its state, shared by the services.
@@ -251,7 +250,8 @@ impl EtcdServer {
             ceiling = mvcc.revision() + CEILING_HEADROOM;
             store.append_group(&[], ceiling, false)?;
         }
-        let state = State { mvcc, watchers: Vec::new(), leases, next_stream: 0, broken: false, pending: Vec::new(), ceiling, headroom: CEILING_HEADROOM };
+        let next_lease = first_lease_id(&leases);
+        let state = State { mvcc, watchers: Vec::new(), leases, next_stream: 0, broken: false, pending: Vec::new(), ceiling, headroom: CEILING_HEADROOM, next_lease };
         let nospace = std::sync::atomic::AtomicBool::new(Store::size(dir) as u64 >= quota);
         let server = Self { inner: Arc::new(ServerState { state: Mutex::new(state), store, dir: dir.to_path_buf(), quota, nospace, group_every, flushing: Mutex::new(()) }) };
         if let Some(every) = group_every {
@@ -379,36 +379,6 @@ impl EtcdServer {
         }
     }
 
-    fn revoke(&self, id: i64) -> Result<i64, Status> {
-        let keys = {
-            let mut st = self.lock();
-            if st.leases.remove(&id).is_none() {
-                return Err(Status::not_found("etcdserver: requested lease not found"));
-            }
-            st.mvcc.keys_with_lease(id)
-        };
-        let _ = self.inner.store.remove_lease(id);
-        let t = Txn { success: keys.into_iter().map(|key| Op::Delete { key, end: vec![], prev_kv: false }).collect(), ..Txn::default() };
-        Ok(self.write(&t)?.1)
-    }
-
-    /// Revokes expired leases until `stop`.
-    pub async fn expire_leases(self, stop: tokio_util::sync::CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_millis(250));
-        loop {
-            tokio::select! {
-                _ = tick.tick() => {}
-                _ = stop.cancelled() => return,
-            }
-            let now = Instant::now();
-            let expired: Vec<i64> = self.lock().leases.iter().filter(|(_, l)| l.expires <= now).map(|(id, _)| *id).collect();
-            for id in expired {
-                let server = self.clone();
-                let _ = tokio::task::spawn_blocking(move || server.revoke(id)).await;
-            }
-        }
-    }
-
     /// The gRPC router with the four services.
     pub fn router(&self) -> tonic::service::Routes {
         let limit = MAX_REQUEST_BYTES + 512 * 1024;
@@ -504,203 +474,6 @@ impl PbKvService for EtcdServer {
             })
             .await?;
         Ok(Response::new(PbCompactionResponse { header: header(revision) }))
-    }
-}
-
-type WatchStream = Pin<Box<dyn Stream<Item = Result<PbWatchResponse, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl PbWatchService for EtcdServer {
-    type WatchStream = WatchStream;
-
-    async fn watch(&self, request: Request<Streaming<PbWatchRequest>>) -> Result<Response<WatchStream>, Status> {
-        let mut requests = request.into_inner();
-        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
-        let stream = {
-            let mut st = self.lock();
-            st.next_stream += 1;
-            st.next_stream
-        };
-        let server = self.clone();
-        let end_stream = tokio_util::sync::CancellationToken::new();
-        tokio::spawn(async move {
-            let mut next_id = 0i64;
-            let mut notify = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_NOTIFY, PROGRESS_NOTIFY);
-            loop {
-                let req = tokio::select! {
-                    req = requests.next() => match req {
-                        Some(Ok(req)) => req,
-                        _ => break,
-                    },
-                    _ = end_stream.cancelled() => break,
-                    _ = notify.tick() => {
-                        let st = server.lock();
-                        let revision = st.mvcc.revision();
-                        for w in st.watchers.iter().filter(|w| w.stream == stream && w.progress_notify) {
-                            let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: w.id, ..Default::default() }));
-                        }
-                        continue;
-                    }
-                };
-                let mut st = server.lock();
-                match req.request_union {
-                    Some(PbWatchRequestUnion::CreateRequest(c)) => {
-                        let id = if c.watch_id > 0 { c.watch_id } else { next_id };
-                        next_id = next_id.max(id) + 1;
-                        let revision = st.mvcc.revision();
-                        if st.watchers.len() >= MAX_WATCHES {
-                            let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: id, created: true, canceled: true, cancel_reason: "etcdserver: too many watches".into(), ..Default::default() }));
-                            continue;
-                        }
-                        // Replayed and registered under one lock: no change falls between.
-                        let past = if c.start_revision > 0 && c.start_revision <= revision { Some(st.mvcc.changes(&c.key, &c.range_end, c.start_revision)) } else { None };
-                        if let Some(Err(MvccError::Compacted { compacted })) = past {
-                            let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: id, created: true, canceled: true, compact_revision: compacted, ..Default::default() }));
-                            continue;
-                        }
-                        let (no_put, no_delete) = (c.filters.contains(&0), c.filters.contains(&1));
-                        if tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: id, created: true, ..Default::default() })).is_err() {
-                            break;
-                        }
-                        if let Some(Ok(events)) = past {
-                            // The history in responses of whole revisions, up to REPLAY_BYTES
-                            // each (etcd also puts several revisions in one response). More
-                            // than the stream's buffer holds ends the stream.
-                            let mut batch: Vec<PbEvent> = Vec::new();
-                            let mut bytes = 0;
-                            let mut overflow = false;
-                            for (i, e) in events.iter().enumerate() {
-                                if passes_filters(e, no_put, no_delete) {
-                                    let pb = event_pb(e, c.prev_kv);
-                                    bytes += prost::Message::encoded_len(&pb);
-                                    batch.push(pb);
-                                }
-                                let revision_ends = events.get(i + 1).is_none_or(|n| n.kv.mod_revision != e.kv.mod_revision);
-                                if revision_ends && !batch.is_empty() && (bytes >= REPLAY_BYTES || i + 1 == events.len()) {
-                                    let resp = PbWatchResponse { header: header(revision), watch_id: id, events: std::mem::take(&mut batch), ..Default::default() };
-                                    bytes = 0;
-                                    if tx.try_send(Ok(resp)).is_err() {
-                                        overflow = true;
-                                        break;
-                                    }
-                                }
-                            }
-                            if overflow {
-                                tracing::info!(stream, "an embedded-store watch's history overflowed its stream; ending it");
-                                break;
-                            }
-                        }
-                        st.watchers.push(Watcher { stream, id, key: c.key, end: c.range_end, start: c.start_revision, prev_kv: c.prev_kv, progress_notify: c.progress_notify, no_put, no_delete, tx: tx.clone(), end_stream: end_stream.clone() });
-                    }
-                    Some(PbWatchRequestUnion::CancelRequest(c)) => {
-                        st.watchers.retain(|w| !(w.stream == stream && w.id == c.watch_id));
-                        let revision = st.mvcc.revision();
-                        let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: c.watch_id, canceled: true, ..Default::default() }));
-                    }
-                    Some(PbWatchRequestUnion::ProgressRequest(_)) => {
-                        // After every event up to the revision, since dispatch runs under this lock.
-                        let revision = st.mvcc.revision();
-                        let _ = tx.try_send(Ok(PbWatchResponse { header: header(revision), watch_id: -1, ..Default::default() }));
-                    }
-                    None => {}
-                }
-            }
-            server.lock().watchers.retain(|w| w.stream != stream);
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-    }
-}
-
-/// etcd's largest lease TTL in seconds (`MaxLeaseTTL`); a larger one is refused as etcd refuses
-/// it, which also keeps every expiry instant representable.
-const MAX_LEASE_TTL: i64 = 9_000_000_000;
-
-type KeepAliveStream = Pin<Box<dyn Stream<Item = Result<PbLeaseKeepAliveResponse, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl PbLeaseService for EtcdServer {
-    async fn lease_grant(&self, request: Request<PbLeaseGrantRequest>) -> Result<Response<PbLeaseGrantResponse>, Status> {
-        let r = request.into_inner();
-        let ttl = r.ttl.max(1);
-        if ttl > MAX_LEASE_TTL {
-            return Err(Status::out_of_range("etcdserver: too large lease TTL"));
-        }
-        if self.out_of_space() {
-            return Err(nospace());
-        }
-        let (id, revision) = {
-            let mut st = self.lock();
-            let id = if r.id != 0 {
-                if st.leases.contains_key(&r.id) {
-                    return Err(Status::failed_precondition("etcdserver: lease already exists"));
-                }
-                r.id
-            } else {
-                // Lease IDs only need to be unique here: the next after the largest.
-                match st.leases.keys().copied().max().unwrap_or(0x5ba7_0000).checked_add(1) {
-                    Some(id) => id,
-                    None => return Err(Status::resource_exhausted("etcdserver: no lease ID left")),
-                }
-            };
-            st.leases.insert(id, Lease { ttl, expires: Instant::now() + Duration::from_secs(ttl as u64) });
-            (id, st.mvcc.revision())
-        };
-        self.inner.store.put_lease(id, ttl).map_err(|e| Status::unavailable(e.to_string()))?;
-        Ok(Response::new(PbLeaseGrantResponse { header: header(revision), id, ttl, error: String::new() }))
-    }
-
-    async fn lease_revoke(&self, request: Request<PbLeaseRevokeRequest>) -> Result<Response<PbLeaseRevokeResponse>, Status> {
-        let id = request.into_inner().id;
-        let revision = self.blocking(move |s| s.revoke(id)).await?;
-        Ok(Response::new(PbLeaseRevokeResponse { header: header(revision) }))
-    }
-
-    type LeaseKeepAliveStream = KeepAliveStream;
-
-    async fn lease_keep_alive(&self, request: Request<Streaming<PbLeaseKeepAliveRequest>>) -> Result<Response<KeepAliveStream>, Status> {
-        let mut requests = request.into_inner();
-        let server = self.clone();
-        let (tx, rx) = mpsc::channel(16);
-        tokio::spawn(async move {
-            while let Some(Ok(req)) = requests.next().await {
-                let resp = {
-                    let mut st = server.lock();
-                    let revision = st.mvcc.revision();
-                    match st.leases.get_mut(&req.id) {
-                        Some(l) => {
-                            l.expires = Instant::now() + Duration::from_secs(l.ttl as u64);
-                            PbLeaseKeepAliveResponse { header: header(revision), id: req.id, ttl: l.ttl }
-                        }
-                        None => PbLeaseKeepAliveResponse { header: header(revision), id: req.id, ttl: 0 },
-                    }
-                };
-                if tx.send(Ok(resp)).await.is_err() {
-                    return;
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
-    }
-
-    async fn lease_time_to_live(&self, request: Request<PbLeaseTimeToLiveRequest>) -> Result<Response<PbLeaseTimeToLiveResponse>, Status> {
-        let r = request.into_inner();
-        let st = self.lock();
-        let revision = st.mvcc.revision();
-        Ok(Response::new(match st.leases.get(&r.id) {
-            Some(l) => PbLeaseTimeToLiveResponse {
-                header: header(revision),
-                id: r.id,
-                ttl: l.expires.saturating_duration_since(Instant::now()).as_secs() as i64,
-                granted_ttl: l.ttl,
-                keys: if r.keys { st.mvcc.keys_with_lease(r.id) } else { vec![] },
-            },
-            None => PbLeaseTimeToLiveResponse { header: header(revision), id: r.id, ttl: -1, granted_ttl: 0, keys: vec![] },
-        }))
-    }
-
-    async fn lease_leases(&self, _request: Request<PbLeaseLeasesRequest>) -> Result<Response<PbLeaseLeasesResponse>, Status> {
-        let st = self.lock();
-        Ok(Response::new(PbLeaseLeasesResponse { header: header(st.mvcc.revision()), leases: st.leases.keys().map(|id| PbLeaseStatus { id: *id }).collect() }))
     }
 }
 
@@ -844,10 +617,12 @@ async fn serve_routes(routes: tonic::transport::server::Router, listener: Listen
     }
 }
 
-/// Whether a watch with etcd's NOPUT / NODELETE filters is sent `e`.
-fn passes_filters(e: &Event, no_put: bool, no_delete: bool) -> bool {
-    if e.deleted { !no_delete } else { !no_put }
-}
+#[path = "server_lease.rs"]
+mod lease;
+#[path = "server_watch.rs"]
+mod watch;
+use watch::passes_filters;
+use lease::{first_lease_id, Lease};
 
 #[cfg(test)]
 #[path = "grouped_tests.rs"]

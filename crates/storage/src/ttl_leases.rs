@@ -63,7 +63,10 @@ impl Storage {
     }
 }
 
-/// Whether a write failed because the lease it was written on is gone from the store.
+/// Whether a write failed because the lease it was written on is gone from the store. etcd
+/// answers gRPC `NotFound` with this description, and its own client library names its errors
+/// by their descriptions the same way (`rpctypes.ErrLeaseNotFound`); the embedded store gives
+/// the same text.
 pub fn is_lease_not_found(e: &crate::StorageError) -> bool {
     matches!(e, crate::StorageError::Etcd(m) if m.contains("requested lease not found"))
 }

@@ -28,11 +28,11 @@ pub fn embedded_store() -> bool {
     std::env::var("SHARDPLANE_STORE").is_ok_and(|v| v == "embedded")
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-fn etcd_binary() -> PathBuf {
+pub(crate) fn etcd_binary() -> PathBuf {
     if let Ok(p) = std::env::var("SHARDPLANE_ETCD") {
         return p.into();
     }

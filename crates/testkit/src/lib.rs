@@ -2,7 +2,7 @@
 //!
 //! Owns the test harness every suite, benchmark and chaos test shares (a dev-dependency only):
 //! the store a test talks to ([`Etcd`]: a real etcd 3.5 process on a free loopback port with
-//! its data on tmpfs, or the embedded store), shards and routers served in-process on free
+//! its data on tmpfs, or the embedded store; [`EtcdCluster`]: several real members), shards and routers served in-process on free
 //! ports ([`TestShard`], with `SHARDPLANE_ROUTER_SHARDS=K` a router over K shards), kubectl
 //! ([`Kubectl`]), workload objects as their controllers make them ([`deployment_family`]), the client-go and Python client runners ([`build_go_program`], [`run_python`]),
 //! watch readers, and etcd's own history of a resource to compare streams with
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 mod clients;
 mod etcd;
+mod etcd_cluster;
 mod history;
 mod kubectl;
 pub mod simulator;
@@ -28,6 +29,7 @@ mod workloads;
 
 pub use clients::*;
 pub use etcd::*;
+pub use etcd_cluster::*;
 pub use history::*;
 pub use kubectl::*;
 pub use workloads::*;

@@ -30,6 +30,11 @@ pub struct Stats {
     pub watches_open: AtomicU64,
     /// Binds whose answer and kubelet event have not both arrived, by pod name.
     bound: Mutex<HashMap<String, Bound>>,
+    /// While set, kubelets neither renew nor write status (their watches stay open): a
+    /// benchmark measures what the rest costs without them.
+    pub renewals_paused: AtomicBool,
+    /// While set, the scheduler neither creates, binds nor deletes pods.
+    pub pods_paused: AtomicBool,
 }
 
 /// The half of a bind's lag that arrived first.
@@ -144,7 +149,7 @@ pub async fn kubelet(c: Arc<TestShard>, i: usize, renew_every: Duration, status_
     let mut status = tokio::time::interval_at(tokio::time::Instant::now() + offset + status_every, status_every);
     while !stop.load(Ordering::SeqCst) {
         tokio::select! {
-            _ = renew.tick() => {
+            _ = renew.tick(), if !stats.renewals_paused.load(Ordering::Relaxed) => {
                 let mut next = lease(&name);
                 next["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
                 let t = Instant::now();
@@ -157,7 +162,7 @@ pub async fn kubelet(c: Arc<TestShard>, i: usize, renew_every: Duration, status_
                     current = call(&c, "GET", &lease_at, None).await.1;
                 }
             }
-            _ = status.tick() => {
+            _ = status.tick(), if !stats.renewals_paused.load(Ordering::Relaxed) => {
                 let t = Instant::now();
                 let patch = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": seconds_time()}]}});
                 let (code, _) = call_as(&c, "PATCH", &format!("/api/v1/nodes/{name}/status"), "application/strategic-merge-patch+json", patch.to_string().into_bytes()).await;
@@ -242,6 +247,9 @@ pub async fn pod_churn(c: Arc<TestShard>, rate: f64, nodes: usize, lifetime: Dur
     let mut inflight = AbortOnDrop(Vec::new());
     while !stop.load(Ordering::SeqCst) {
         tick.tick().await;
+        if stats.pods_paused.load(Ordering::Relaxed) {
+            continue;
+        }
         n += 1;
         inflight.0.retain(|t| !t.is_finished());
         let (c2, stats2, live2, pods2) = (c.clone(), stats.clone(), live.clone(), pods.clone());
@@ -326,6 +334,9 @@ pub async fn session_churn(c: Arc<TestShard>, rate: f64, lifetime: Duration, sta
     let mut inflight = AbortOnDrop(Vec::new());
     while !stop.load(Ordering::SeqCst) {
         tick.tick().await;
+        if stats.pods_paused.load(Ordering::Relaxed) {
+            continue;
+        }
         n += 1;
         inflight.0.retain(|t| !t.is_finished());
         let name = format!("session-{n}");
