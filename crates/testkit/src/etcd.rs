@@ -32,7 +32,25 @@ pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-pub(crate) fn etcd_binary() -> PathBuf {
+/// One etcd member's command as the harness runs every member: `name`, its data in `dir`,
+/// serving clients at `client` and peers at `peer`, in the cluster `initial` names
+/// (`name=peer-url,…`), quiet, with 5 s progress marks (an idle range's cache advances only on
+/// them), then `extra`.
+pub(crate) fn member_command(name: &str, dir: &std::path::Path, client: &str, peer: &str, initial: &str, extra: &[&str]) -> Command {
+    let mut command = Command::new(etcd_binary());
+    command
+        .args(["--name", name, "--data-dir", dir.to_str().unwrap()])
+        .args(["--listen-client-urls", client, "--advertise-client-urls", client])
+        .args(["--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer])
+        .args(["--initial-cluster", initial])
+        .args(["--log-level", "error", "--experimental-watch-progress-notify-interval", "5s"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
+fn etcd_binary() -> PathBuf {
     if let Ok(p) = std::env::var("SHARDPLANE_ETCD") {
         return p.into();
     }
@@ -96,17 +114,8 @@ impl Etcd {
         let dir = base.join(format!("shardplane-etcd-{}", uuid::Uuid::new_v4()));
         let (client, peer) = (free_port(), free_port());
         let endpoint = format!("{scheme}://127.0.0.1:{client}");
-        let child = Command::new(etcd_binary())
-            .args(["--data-dir", dir.to_str().unwrap(), "--name", "test"])
-            .args(["--listen-client-urls", &endpoint, "--advertise-client-urls", &endpoint])
-            .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}"), "--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-            .args(["--initial-cluster", &format!("test=http://127.0.0.1:{peer}")])
-            .args(["--log-level", "error", "--experimental-watch-progress-notify-interval", "5s"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn etcd");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = member_command("test", &dir, &endpoint, &peer_url, &format!("test={peer_url}"), extra).spawn().expect("spawn etcd");
         let mut etcd = Self { backend: Backend::Process(child), dir, endpoint };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {

@@ -4,9 +4,9 @@
 //! process with its own data directory, so a caller can hold each to its own CPU budget or
 //! kill one.
 
-use crate::etcd::{etcd_binary, free_port};
+use crate::etcd::{free_port, member_command};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 /// The members of one etcd cluster; every member is killed and its data removed when dropped.
@@ -44,17 +44,9 @@ impl EtcdCluster {
         for (i, (_, peer)) in ports.iter().enumerate() {
             let endpoint = &cluster.endpoints[i];
             let peer_url = format!("http://127.0.0.1:{peer}");
-            let child = Command::new(etcd_binary())
-                .args(["--name", &name(i), "--data-dir", cluster.dir.join(name(i)).to_str().unwrap()])
-                .args(["--listen-client-urls", endpoint, "--advertise-client-urls", endpoint])
-                .args(["--listen-peer-urls", &peer_url, "--initial-advertise-peer-urls", &peer_url])
-                .args(["--initial-cluster", &initial, "--initial-cluster-state", "new", "--initial-cluster-token", cluster.dir.file_name().unwrap().to_str().unwrap()])
-                .args(["--log-level", "error", "--experimental-watch-progress-notify-interval", "5s"])
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn etcd");
+            let token = cluster.dir.file_name().unwrap().to_str().unwrap().to_owned();
+            let flags: Vec<&str> = ["--initial-cluster-state", "new", "--initial-cluster-token", &token].into_iter().chain(extra.iter().copied()).collect();
+            let child = member_command(&name(i), &cluster.dir.join(name(i)), endpoint, &peer_url, &initial, &flags).spawn().expect("spawn etcd");
             cluster.members.push(child);
         }
         // Members wait for each other to elect a leader; a write through each one proves it.
