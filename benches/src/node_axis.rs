@@ -6,11 +6,13 @@
 //! Events on a store that commits in groups). Two ladders of N: one where every process
 //! shares the machine, one where the stores run as production runs them (the main etcd three
 //! members on disk, the tier on the same disk) and each store process gets a fixed CPU budget
-//! (a store's hosts do not grow with the API layer); each runs the topologies one after another (A, B, C at each N)
-//! and finds the largest N whose write p99 and watch-lag p99 both stay at or under a second.
+//! (a store's hosts do not grow with the API layer); each runs the topologies one after
+//! another (A, B, C at each N) and finds the largest N whose write p99 and watch-lag p99
+//! both stay at or under a second.
 //! Reported: write and lag percentiles with their sample counts, CPU per write and memory in
 //! each process, the main etcd's node-liveness writes (counted by a watch on its Lease keys),
-//! and a capacity model for 100,000 nodes.
+//! each process's CPU per renewal, pod write and open watch, and a capacity model for 100,000
+//! nodes from them.
 
 use crate::cluster::{self, Topology};
 use crate::report::{percentile, Section};
@@ -292,8 +294,8 @@ async fn run_one(ctx: &Ctx, setup: Setup, nodes: usize, window: Duration, budget
     let (lag, refused, main_lease_writes) = (stats.watch_lag.lock().unwrap().clone(), stats.refused.load(Ordering::SeqCst), main_leases.load(Ordering::SeqCst));
     let costs = if budget.is_none() {
         bar.set_message(format!("cluster: {} with {nodes} nodes: splitting costs", setup.name()));
-        let full = Rates { cpu: processes.iter().map(|(_, c, _)| c / seconds).collect(), renewals: renewals as f64 / seconds, pod_writes: 0.0 };
-        split_costs(&stats, &pids, full, 2 * nodes, window / 2).await
+        let full_cpu: Vec<f64> = processes.iter().map(|(_, c, _)| c / seconds).collect();
+        split_costs(&stats, &pids, &full_cpu, renewals as f64 / seconds, 2 * nodes, window / 2).await
     } else {
         Vec::new()
     };
@@ -309,21 +311,15 @@ async fn run_one(ctx: &Ctx, setup: Setup, nodes: usize, window: Duration, budget
     Ok(run)
 }
 
-/// CPU rates of the processes (cores, in `pids` order) and the writes meanwhile (per second).
-struct Rates {
-    cpu: Vec<f64>,
-    renewals: f64,
-    pod_writes: f64,
-}
-
-/// After the full window (`full`), the same cluster measured twice more for `each`: with
+/// After the full window (each process's CPU rate `full_cpu`, in cores in `pids` order, while
+/// `full_renewals` renewals a second were made), the same cluster measured twice more for `each`: with
 /// renewals paused (the scheduler's pod writes and the open watches), then with the scheduler
 /// paused too (open watches, nothing written). Per process: the idle rate over the open
 /// watches is the cost of a watch; the pods-only rate above idle, over the pod writes, the cost
 /// of a pod write (measured apart from the renewals, whose load would drown their small
 /// rate); the full rate above pods-only, over the renewals, the cost of a renewal (RFC 0015,
 /// "Capacity model"). Leaves both paused.
-async fn split_costs(stats: &Stats, pids: &[(String, u32)], full: Rates, watches: usize, each: Duration) -> Vec<Cost> {
+async fn split_costs(stats: &Stats, pids: &[(String, u32)], full_cpu: &[f64], full_renewals: f64, watches: usize, each: Duration) -> Vec<Cost> {
     let count = |what: &[&str]| what.iter().map(|w| stats.writes.lock().unwrap().get(w).map_or(0, Vec::len)).sum::<usize>();
     let measure = || async move {
         // Writes under way when a pause began finish first.
@@ -332,22 +328,23 @@ async fn split_costs(stats: &Stats, pids: &[(String, u32)], full: Rates, watches
         let cpu0: Vec<f64> = pids.iter().map(|(_, p)| cluster::cpu_seconds(*p)).collect();
         tokio::time::sleep(each).await;
         let secs = t0.elapsed().as_secs_f64();
-        let cpu = pids.iter().zip(&cpu0).map(|((_, p), c0)| (cluster::cpu_seconds(*p) - c0) / secs).collect();
-        Rates { cpu, renewals: 0.0, pod_writes: (count(&["pod", "binding"]) - pods0) as f64 / secs }
+        let cpu: Vec<f64> = pids.iter().zip(&cpu0).map(|((_, p), c0)| (cluster::cpu_seconds(*p) - c0) / secs).collect();
+        // Each process's CPU rate (cores) and the pod writes a second.
+        (cpu, (count(&["pod", "binding"]) - pods0) as f64 / secs)
     };
     stats.renewals_paused.store(true, Ordering::SeqCst);
-    let pods_only = measure().await;
+    let (pods_only, pod_writes) = measure().await;
     stats.pods_paused.store(true, Ordering::SeqCst);
-    let idle = measure().await;
+    let (idle, _) = measure().await;
     pids.iter()
         .enumerate()
         .map(|(i, (name, _))| {
             let per = |delta: f64, rate: f64| if rate > 0.0 { delta / rate } else { 0.0 };
             Cost {
                 process: name.clone(),
-                renewal: per(full.cpu[i] - pods_only.cpu[i], full.renewals),
-                pod_write: per(pods_only.cpu[i] - idle.cpu[i], pods_only.pod_writes),
-                watch: idle.cpu[i] / watches.max(1) as f64,
+                renewal: per(full_cpu[i] - pods_only[i], full_renewals),
+                pod_write: per(pods_only[i] - idle[i], pod_writes),
+                watch: idle[i] / watches.max(1) as f64,
             }
         })
         .collect()

@@ -21,6 +21,13 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+#[path = "server_lease.rs"]
+mod lease;
+#[path = "server_watch.rs"]
+mod watch;
+use lease::{first_lease_id, Lease};
+use watch::passes_filters;
+
 /// The largest request etcd takes by default (`--max-request-bytes`).
 pub const MAX_REQUEST_BYTES: usize = 1536 * 1024;
 /// Responses buffered per watch stream.
@@ -616,13 +623,6 @@ async fn serve_routes(routes: tonic::transport::server::Router, listener: Listen
         }
     }
 }
-
-#[path = "server_lease.rs"]
-mod lease;
-#[path = "server_watch.rs"]
-mod watch;
-use watch::passes_filters;
-use lease::{first_lease_id, Lease};
 
 #[cfg(test)]
 #[path = "grouped_tests.rs"]

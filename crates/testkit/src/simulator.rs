@@ -33,7 +33,8 @@ pub struct Stats {
     /// While set, kubelets neither renew nor write status (their watches stay open): a
     /// benchmark measures what the rest costs without them.
     pub renewals_paused: AtomicBool,
-    /// While set, the scheduler neither creates, binds nor deletes pods.
+    /// While set, the churn loops write nothing: the scheduler neither creates, binds nor
+    /// deletes pods, and agent sessions are neither created nor deleted.
     pub pods_paused: AtomicBool,
 }
 
