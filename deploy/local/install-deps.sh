@@ -6,6 +6,8 @@
 #   - Go 1.24 and client-go 0.32 from Debian trixie, to build the client-go test client
 #     (crates/testkit/tests/clientgo), which sends protobuf bodies as every Go controller does
 #   - fonts-dejavu-core: the font the benchmarks' plots are drawn with
+#   - iproute2: the multi-host test's hosts are network namespaces (`ip netns`, RFC 0016)
+#   - systemd: `systemd-analyze verify` checks the units in deploy/systemd (not run: verified only)
 #   - python3 + the PyPI `kubernetes` and `kr8s` clients and pytest, for the client tests and the
 #     conformance suite (optional: PY_CLIENT=0 skips)
 # Idempotent: a second run does nothing that is already done.
@@ -25,6 +27,16 @@ apt_update_once() {
 if [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
   apt_update_once
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends fonts-dejavu-core >/dev/null
+fi
+
+if ! command -v ip >/dev/null; then
+  apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iproute2 >/dev/null
+fi
+
+if ! command -v systemd-analyze >/dev/null; then
+  apt_update_once
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
 fi
 
 etcd_bin="$tools/etcd/usr/bin/etcd"

@@ -71,6 +71,11 @@ struct Args {
     /// moves to it (`shardctl add`, RFC 0006).
     #[arg(long, conflicts_with = "ranges")]
     empty: bool,
+    /// Own range i of K equal ranges, i being the number that ends `--id` (`shard-2` with
+    /// `--range-of-ordinal 4` takes the third quarter): a StatefulSet's pods, whose names end in
+    /// their ordinal, cover the hash space once between them (RFC 0016).
+    #[arg(long, value_name = "K", conflicts_with_all = ["ranges", "empty"])]
+    range_of_ordinal: Option<u32>,
     /// Ignore the range map and stay out of membership: own exactly `--range` (a single shard
     /// on its own, or a baseline beside a cluster on the same etcd).
     #[arg(long)]
@@ -164,10 +169,11 @@ pub fn run(argv: Vec<String>) -> std::process::ExitCode {
 }
 
 async fn run_async(args: Args) -> std::process::ExitCode {
-    let ranges = match (args.empty, args.ranges.is_empty()) {
-        (true, _) => Ok(RangeSet::default()),
-        (false, true) => Ok(RangeSet::full()),
-        (false, false) => RangeSet::from_disjoint(args.ranges.clone()),
+    let ranges = match (args.empty, args.ranges.is_empty(), args.range_of_ordinal) {
+        (_, _, Some(k)) => ordinal_range(&args.id, k),
+        (true, _, None) => Ok(RangeSet::default()),
+        (false, true, None) => Ok(RangeSet::full()),
+        (false, false, None) => RangeSet::from_disjoint(args.ranges.clone()).map_err(|e| e.to_string()),
     };
     let ranges = match ranges {
         Ok(r) => r,
@@ -263,5 +269,31 @@ async fn run_async(args: Args) -> std::process::ExitCode {
             eprintln!("shard-server: {e}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Range i of `k` equal ranges, i the number ending `id` (`--range-of-ordinal`).
+fn ordinal_range(id: &str, k: u32) -> Result<RangeSet, String> {
+    let ordinal = id.rsplit('-').next().and_then(|n| n.parse::<u32>().ok()).ok_or_else(|| format!("--range-of-ordinal: --id {id:?} does not end in -N"))?;
+    if k == 0 || ordinal >= k {
+        return Err(format!("--range-of-ordinal {k}: --id {id:?} names ordinal {ordinal}, outside 0..{k}"));
+    }
+    RangeSet::from_disjoint(vec![HashRange::split_even(k)[ordinal as usize]]).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_statefulset_ordinal_names_its_share_of_the_hash_space() {
+        let k = 4;
+        let all: Vec<RangeSet> = (0..k).map(|i| ordinal_range(&format!("shard-{i}"), k).unwrap()).collect();
+        for (i, r) in all.iter().enumerate() {
+            assert_eq!(r.ranges(), &[HashRange::split_even(k)[i]]);
+        }
+        assert!(ordinal_range("shard-4", 4).unwrap_err().contains("outside 0..4"));
+        assert!(ordinal_range("shard", 4).unwrap_err().contains("does not end in -N"));
+        assert!(ordinal_range("shard-0", 0).is_err());
     }
 }

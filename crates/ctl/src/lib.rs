@@ -1,8 +1,9 @@
 //! # shardplane-ctl
 //!
 //! Owns the operator's tools (RFC 0006): `shardctl`, which shows the shards, their ranges and
-//! the moves in flight, asks for moves, splits, merges, drains and rebalancing, and names the
-//! axis the cluster is loaded along ([`axes`], RFC 0015, from what the shards publish); and the
+//! the moves in flight, asks for moves, splits, merges, drains and rebalancing, names the
+//! axis the cluster is loaded along ([`axes`], RFC 0015, from what the shards publish), and
+//! shows and maintains the store itself ([`store`], RFC 0016); and the
 //! standalone `shardplane-coordinator` process. Both find the cluster through etcd
 //! (`--etcd-endpoints`), as the router does.
 //!
@@ -11,6 +12,7 @@
 //! refuses what cannot be done) and written by compare-and-swap; the coordinator carries it out.
 
 pub mod axes;
+pub mod store;
 
 use serde::Serialize;
 use shardplane_coordinator::rebalance::{self, Config, RequestError};

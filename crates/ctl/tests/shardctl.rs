@@ -361,3 +361,63 @@ async fn the_standalone_coordinator_moves_ranges_and_serves_metrics() {
     assert!(ranges("s1") > 0, "{s}");
     drop((child, s0, s1));
 }
+
+/// `shardctl store` on a three-member cluster (RFC 0016): status names every member, one leader
+/// all agree on, sizes, the revision and the compacted revision; a member that is down shows
+/// as unreachable; defragmentation is refused while one is down and goes one member at a time
+/// when all answer; a snapshot is saved whole and restores to the state it was taken at.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shardctl_store_shows_defragments_and_snapshots_a_cluster() {
+    let mut cluster = EtcdCluster::start(3, std::path::Path::new("/dev/shm"), &[]).await;
+    let endpoints = cluster.endpoints_flag();
+    let storage = Storage::connect(&cluster.endpoints).await.unwrap();
+    for i in 0..50 {
+        storage.put(format!("/registry/configmaps/store/c{i}").as_bytes(), vec![b'x'; 2048]).await.unwrap();
+    }
+    let compacted_to = storage.current_revision().await.unwrap() - 10;
+    storage.compact(compacted_to).await.unwrap();
+
+    let (code, out, err) = shardctl_at(&endpoints, &["store", "status", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    let members = s["members"].as_array().unwrap();
+    assert_eq!(members.len(), 3);
+    let ids: Vec<u64> = members.iter().map(|m| m[1]["Ok"]["id"].as_u64().unwrap()).collect();
+    let leaders: Vec<u64> = members.iter().map(|m| m[1]["Ok"]["leader"].as_u64().unwrap()).collect();
+    assert!(leaders.iter().all(|l| *l == leaders[0]) && ids.contains(&leaders[0]), "one leader all agree on: {out}");
+    assert!(members.iter().all(|m| m[1]["Ok"]["db_size"].as_i64().unwrap() >= m[1]["Ok"]["db_size_in_use"].as_i64().unwrap()));
+    assert_eq!(s["compacted_revision"].as_u64(), Some(compacted_to));
+    assert!(s["revision"].as_u64().unwrap() > compacted_to);
+    let (_, table, _) = shardctl_at(&endpoints, &["store", "status"]);
+    assert!(table.contains("leader") && table.contains("follower") && table.contains(&format!("COMPACTED {compacted_to}")), "{table}");
+
+    // A snapshot holds the state it was taken at.
+    let dir = std::path::PathBuf::from("/dev/shm").join(format!("shardctl-store-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("snap.db");
+    let (code, out, err) = shardctl_at(&endpoints, &["store", "snapshot", file.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let saved: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(saved["bytes"].as_u64(), Some(std::fs::metadata(&file).unwrap().len()));
+    assert!(!dir.join("snap.part").exists());
+
+    // Defragmentation one member at a time; refused while a member is down.
+    let (code, out, err) = shardctl_at(&endpoints, &["store", "defrag", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap().as_array().unwrap().len(), 3);
+    cluster.kill(2);
+    let (_, table, _) = shardctl_at(&endpoints, &["store", "status"]);
+    assert!(table.contains("unreachable"), "{table}");
+    let (code, _, err) = shardctl_at(&endpoints, &["store", "defrag"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("does not answer"), "{err}");
+
+    // The snapshot restores what was there when it was taken.
+    storage.put(b"/registry/configmaps/store/later", b"y".to_vec()).await.unwrap();
+    cluster.restart(2);
+    cluster.restore(&file, 0).await;
+    let after = Storage::connect(&cluster.endpoints).await.unwrap();
+    assert_eq!(after.get(b"/registry/configmaps/store/c49").await.unwrap().0.map(|kv| kv.value.len()), Some(2048));
+    assert!(after.get(b"/registry/configmaps/store/later").await.unwrap().0.is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}

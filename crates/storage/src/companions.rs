@@ -93,7 +93,15 @@ impl Storage {
         }
         // On failure, every key as it is now, to say which condition failed.
         let otherwise: Vec<TxnOp> = std::iter::once(primary.key()).chain(companions.iter().map(Companion::key)).map(|k| TxnOp::get(k.to_vec(), None)).collect();
-        let resp = self.client.kv_client().txn(Txn::new().when(when).and_then(then).or_else(otherwise)).await?;
+        let txn = Txn::new().when(when).and_then(then).or_else(otherwise);
+        // Tried again on another member whatever happened to an earlier attempt: the primary's
+        // own condition tells a repetition apart (RFC 0016, see `Storage::took_effect`).
+        let (resp, unknown) = self
+            .write_told_apart(|c| {
+                let txn = txn.clone();
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
         if resp.succeeded() {
             return Ok(resp.header().map_or(0, |h| h.revision() as u64));
         }
@@ -107,6 +115,9 @@ impl Storage {
             Primary::Update { expected, .. } | Primary::Delete { expected, .. } => own.as_ref().is_some_and(|kv| kv.mod_revision == *expected),
         };
         if !own_holds {
+            if unknown && let Some(revision) = self.took_effect(primary, own.as_ref()).await {
+                return Ok(revision);
+            }
             return Err(match primary {
                 Primary::Create { .. } => StorageError::AlreadyExists,
                 _ => StorageError::Conflict { current: own },
@@ -116,5 +127,46 @@ impl Storage {
         // Every condition held when read back: another writer changed a key between the
         // transaction and the read; the caller reads again and retries as for a lost CAS.
         Err(StorageError::CompanionConflict { index: index.unwrap_or(usize::MAX) })
+    }
+
+    /// Whether a write of `primary` took effect (one whose fate was unknown, once a repetition
+    /// found its condition no longer holding; `current`: the key now, which a create needs):
+    /// the key's first change after the state the write was conditioned on is this write's own
+    /// change if it is the same change (the same bytes put, or a delete). The revision it took
+    /// effect at, or `None` when it did not or cannot be told (history compacted, store out of
+    /// reach): the caller then reports the condition's failure, as for any lost compare-and-swap
+    /// (RFC 0016).
+    pub async fn took_effect(&self, primary: &Primary, current: Option<&Kv>) -> Option<u64> {
+        let (key, after) = match primary {
+            // Created since: the change that created the key is the first after the revision
+            // before its creation.
+            Primary::Create { key, .. } => (key, current?.create_revision.checked_sub(1)?),
+            Primary::Update { key, expected, .. } | Primary::Delete { key, expected } => (key, *expected),
+        };
+        let first = self.first_change_after(key, after).await?;
+        let same = match primary {
+            Primary::Create { value, .. } | Primary::Update { value, .. } => !first.deleted && first.kv.value[..] == value[..],
+            Primary::Delete { .. } => first.deleted,
+        };
+        tracing::info!(key = %String::from_utf8_lossy(key), took_effect = same, revision = first.revision, "settled a write whose first attempt's fate was unknown");
+        same.then_some(first.revision)
+    }
+
+    /// The first change of `key` after revision `after`, from etcd's history (a watch from
+    /// `after + 1`, answered at once with what it holds; a progress mark says there is none).
+    async fn first_change_after(&self, key: &[u8], after: u64) -> Option<crate::WatchEvent> {
+        let mut end = key.to_vec();
+        end.push(0);
+        let look = async {
+            let mut watch = self.watch_range(key, &end, after).await.ok()?;
+            watch.request_progress().await.ok()?;
+            loop {
+                match watch.next().await.ok()?? {
+                    crate::WatchItem::Events(events) => return events.into_iter().next(),
+                    crate::WatchItem::Progress(_) => return None,
+                }
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), look).await.ok().flatten()
     }
 }

@@ -135,6 +135,10 @@ pub async fn follow_with<F: Follower>(storage: &Storage, mut follower: F, option
         let why = pass(storage, &mut follower, &mut taken, &wanted, &stop, &mut pause, retry).await;
         let failure = match why {
             Interrupted::Stop => return,
+            Interrupted::Resume(m) if went_back(storage, taken).await => {
+                taken = None;
+                m
+            }
             Interrupted::Resume(m) => m,
             Interrupted::Relist(m) => {
                 taken = None;
@@ -216,5 +220,23 @@ async fn pass<F: Follower>(storage: &Storage, follower: &mut F, taken: &mut Opti
                 *taken = Some(taken.map_or(rev, |t| t.max(rev)));
             }
         }
+    }
+}
+
+/// Whether the store's revision is now below `taken`: it was restored from a snapshot without
+/// raising its revision (RFC 0016). etcd lets a watch start at a future revision, so resuming
+/// would keep the follower's newer state and drop every change until the store passed `taken`
+/// again; the follower lists instead, and never holds state the store no longer has. (Restored
+/// as the guidance says, with `--bump-revision` and `--mark-compacted`, the revision is above
+/// `taken` and the resumed watch is refused as compacted, which lists too.) A store out of reach
+/// says nothing: the watch is resumed as usual and this is asked again after it fails.
+async fn went_back(storage: &Storage, taken: Option<u64>) -> bool {
+    let Some(taken) = taken else { return false };
+    match storage.current_revision().await {
+        Ok(now) if now < taken => {
+            tracing::error!(revision = now, followed_up_to = taken, "the store's revision went back: it was restored from a snapshot without --bump-revision; listing again (RFC 0016)");
+            true
+        }
+        _ => false,
     }
 }

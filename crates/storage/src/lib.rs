@@ -11,6 +11,8 @@
 
 mod compaction;
 mod companions;
+mod endpoints;
+pub mod maintenance;
 pub mod contract;
 pub mod follow;
 pub mod informer;
@@ -28,7 +30,7 @@ pub use contract::{StorageContract, Stores};
 pub use watch::{ProgressRequester, RangeWatch, RangeWatchStream, WatchEvent, WatchItem};
 
 use bytes::Bytes;
-use etcd_client::{Client, Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Client, GetOptions};
 
 /// A key, its value and its revisions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -177,7 +179,8 @@ impl StoreTlsFlags {
 /// A handle on etcd; cheap to clone.
 #[derive(Clone)]
 pub struct Storage {
-    client: Client,
+    /// One client per member, and the one in use (RFC 0016).
+    endpoints: std::sync::Arc<endpoints::Endpoints>,
     /// Leases for objects that expire, shared (RFC 0015).
     ttl_leases: std::sync::Arc<ttl_leases::TtlLeases>,
 }
@@ -188,18 +191,25 @@ impl Storage {
     pub async fn connect(endpoints: &[String]) -> Result<Self> {
         const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
         const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-        const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
-        const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+        // HTTP/2 keepalive: a connection to a member that vanished without closing it (a
+        // black-holed host, a frozen process) is noticed within interval + timeout, and the
+        // process moves to another member (RFC 0016). etcd refuses pings more often than every
+        // 5 s (its --grpc-keepalive-min-time).
+        const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+        const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
         let sockets: Vec<&str> = endpoints.iter().filter_map(|e| unix_socket_path(e)).collect();
         if sockets.is_empty() {
-            // HTTP/2 keepalive: a connection to a member that vanished without closing it (a
-            // black-holed host, a frozen process) is noticed within interval + timeout, and the
-            // watch streams on it fail over instead of waiting forever.
+            if endpoints.is_empty() {
+                return Err(StorageError::Etcd("no etcd endpoint given".into()));
+            }
+            // Every request requires a leader: a member cut off from its peers refuses at once
+            // rather than answering from a minority (RFC 0016).
             let mut opts = etcd_client::ConnectOptions::new()
                 .with_connect_timeout(CONNECT_TIMEOUT)
                 .with_timeout(TIMEOUT)
                 .with_keep_alive(KEEPALIVE_INTERVAL, KEEPALIVE_TIMEOUT)
-                .with_keep_alive_while_idle(true);
+                .with_keep_alive_while_idle(true)
+                .with_require_leader(true);
             if endpoints.iter().any(|e| e.starts_with("https://")) {
                 let Some(tls) = STORE_TLS.get() else {
                     return Err(StorageError::Etcd(format!("{endpoints:?}: an https store needs --etcd-cafile, --etcd-certfile and --etcd-keyfile")));
@@ -207,7 +217,13 @@ impl Storage {
                 let config = etcd_client::TlsOptions::new().ca_certificate(etcd_client::Certificate::from_pem(&tls.ca)).identity(etcd_client::Identity::from_pem(&tls.cert, &tls.key));
                 opts = opts.with_tls(config);
             }
-            return Ok(Self { client: Client::connect(endpoints, Some(opts)).await?, ttl_leases: Default::default() });
+            // One client per member (each connects lazily, so a member down at start is no
+            // obstacle); processes start on different members to spread their load.
+            let mut clients = Vec::with_capacity(endpoints.len());
+            for endpoint in endpoints {
+                clients.push(Client::connect([endpoint], Some(opts.clone())).await?);
+            }
+            return Ok(Self::over(clients));
         }
         let [path] = sockets[..] else {
             return Err(StorageError::Etcd(format!("a unix socket endpoint must be the only endpoint, got {endpoints:?}")));
@@ -221,76 +237,93 @@ impl Storage {
                 let path = path.clone();
                 async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
             }));
-        Ok(Self { client: Client::from_channel(etcd_client::Channel::Tonic(channel), None).await?, ttl_leases: Default::default() })
+        Ok(Self::over(vec![Client::from_channel(etcd_client::Channel::Tonic(channel), None).await?]))
     }
 
-    /// The raw client, for watches and maintenance.
+    fn over(clients: Vec<Client>) -> Self {
+        let first = std::process::id() as usize;
+        Self { endpoints: std::sync::Arc::new(endpoints::Endpoints::new(clients, first)), ttl_leases: Default::default() }
+    }
+
+    /// Runs a read, or a request whose repetition does no harm, on the member in use, moving to
+    /// another member and trying again while the store is out of reach (RFC 0016).
+    pub(crate) async fn repeatable<T, F, Fut>(&self, request: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        Ok(self.endpoints.call(endpoints::Repeat::Safe, request).await?.0)
+    }
+
+    /// Runs a write, trying it again only where etcd certainly did not take it (RFC 0016).
+    pub(crate) async fn write<T, F, Fut>(&self, request: F) -> Result<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        Ok(self.endpoints.call(endpoints::Repeat::OnlyIfNotTaken, request).await?.0)
+    }
+
+    /// The members and the one in use.
+    pub(crate) fn endpoints(&self) -> &std::sync::Arc<endpoints::Endpoints> {
+        &self.endpoints
+    }
+
+    /// Runs a write that may be tried again whatever happened to an earlier attempt; also says
+    /// whether an earlier attempt's fate is unknown, so that a precondition failing now may be
+    /// the earlier attempt's own success.
+    async fn write_told_apart<T, F, Fut>(&self, request: F) -> Result<(T, bool)>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        Ok(self.endpoints.call(endpoints::Repeat::Safe, request).await?)
+    }
+
+    /// The raw client of the member in use, for maintenance.
     pub fn client(&self) -> Client {
-        self.client.clone()
+        self.endpoints.current().1
     }
 
     /// The current revision of the store (a quorum read that returns no data).
     pub async fn current_revision(&self) -> Result<u64> {
         // One key's count, of a key every role may read (RFC 0012's store roles): the header's
         // revision is the store's whatever the key.
-        let resp = self.client.kv_client().get(shardplane_keyspace::etcd_layout::REGISTRY_PREFIX, Some(GetOptions::new().with_count_only())).await?;
+        let resp = self.repeatable(|c| async move { c.kv_client().get(shardplane_keyspace::etcd_layout::REGISTRY_PREFIX, Some(GetOptions::new().with_count_only())).await }).await?;
         Ok(resp.header().map_or(0, |h| h.revision() as u64))
     }
 
     /// How many keys start with `prefix`, now (a count-only range: no values are sent).
     pub async fn count_prefix(&self, prefix: &[u8]) -> Result<u64> {
         let end = shardplane_keyspace::etcd_layout::prefix_end(prefix);
-        let resp = self.client.kv_client().get(prefix, Some(GetOptions::new().with_range(end).with_count_only())).await?;
+        let resp = self.repeatable(|c| {
+            let end = end.clone();
+            async move { c.kv_client().get(prefix, Some(GetOptions::new().with_range(end).with_count_only())).await }
+        })
+        .await?;
         Ok(resp.count().max(0) as u64)
     }
 
     /// Reads one key at the current revision; also returns that revision.
     pub async fn get(&self, key: &[u8]) -> Result<(Option<Kv>, u64)> {
-        let resp = self.client.kv_client().get(key, None).await?;
+        let resp = self.repeatable(|c| async move { c.kv_client().get(key, None).await }).await?;
         let rev = resp.header().map_or(0, |h| h.revision() as u64);
         Ok((resp.kvs().first().map(Kv::from_etcd), rev))
     }
 
     /// Creates `key` only if it does not exist. Returns the new revision.
     pub async fn create(&self, key: &[u8], value: Vec<u8>) -> Result<u64> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(key, CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(key, value, None)]);
-        let resp = self.client.kv_client().txn(txn).await?;
-        if !resp.succeeded() {
-            return Err(StorageError::AlreadyExists);
-        }
-        Ok(resp.header().map_or(0, |h| h.revision() as u64))
+        self.commit(&Primary::Create { key: key.to_vec(), value }, &[]).await
     }
 
     /// Replaces `key` if its mod_revision is still `expected`. Returns the new revision.
     pub async fn update(&self, key: &[u8], value: Vec<u8>, expected: u64) -> Result<u64> {
-        let txn = Txn::new()
-            .when([Compare::mod_revision(key, CompareOp::Equal, expected as i64)])
-            .and_then([TxnOp::put(key, value, None)])
-            .or_else([TxnOp::get(key, None)]);
-        self.cas(txn).await
+        self.commit(&Primary::Update { key: key.to_vec(), value, expected }, &[]).await
     }
 
     /// Deletes `key` if its mod_revision is still `expected`. Returns the deletion revision.
     pub async fn delete(&self, key: &[u8], expected: u64) -> Result<u64> {
-        let txn = Txn::new()
-            .when([Compare::mod_revision(key, CompareOp::Equal, expected as i64)])
-            .and_then([TxnOp::delete(key, None)])
-            .or_else([TxnOp::get(key, None)]);
-        self.cas(txn).await
-    }
-
-    async fn cas(&self, txn: Txn) -> Result<u64> {
-        let resp = self.client.kv_client().txn(txn).await?;
-        if resp.succeeded() {
-            return Ok(resp.header().map_or(0, |h| h.revision() as u64));
-        }
-        let current = resp.op_responses().into_iter().find_map(|r| match r {
-            TxnOpResponse::Get(g) => Some(g.kvs().first().map(Kv::from_etcd)),
-            _ => None,
-        });
-        Err(StorageError::Conflict { current: current.flatten() })
+        self.commit(&Primary::Delete { key: key.to_vec(), expected }, &[]).await
     }
 
     /// Reads every key in `[start, end)` at `revision` (0: current). Returns the pairs and the
@@ -316,7 +349,15 @@ impl Storage {
         if revision > 0 {
             opts = opts.with_revision(revision as i64);
         }
-        let resp = self.client.kv_client().get(from.to_vec(), Some(opts)).await.map_err(|e| compacted_or(e, revision))?;
+        let resp = self
+            .endpoints
+            .call(endpoints::Repeat::Safe, |c| {
+                let opts = opts.clone();
+                async move { c.kv_client().get(from.to_vec(), Some(opts)).await }
+            })
+            .await
+            .map_err(|e| compacted_or(e, revision))?
+            .0;
         let read_at = if revision > 0 { revision } else { resp.header().map_or(0, |h| h.revision() as u64) };
         let kvs: Vec<Kv> = resp.kvs().iter().map(Kv::from_etcd).collect();
         let next = (resp.more() && !kvs.is_empty()).then(|| {
@@ -333,7 +374,11 @@ impl Storage {
         let mut from = start.to_vec();
         loop {
             let opts = GetOptions::new().with_range(end.to_vec()).with_limit(RANGE_PAGE * 10).with_keys_only();
-            let resp = self.client.kv_client().get(from.clone(), Some(opts)).await?;
+            let resp = self.repeatable(|c| {
+                let (from, opts) = (from.clone(), opts.clone());
+                async move { c.kv_client().get(from, Some(opts)).await }
+            })
+            .await?;
             out.extend(resp.kvs().iter().map(|kv| kv.key().to_vec()));
             if !resp.more() || resp.kvs().is_empty() {
                 break;
@@ -346,7 +391,11 @@ impl Storage {
 
     /// Writes a value unconditionally (control data, tests).
     pub async fn put(&self, key: &[u8], value: Vec<u8>) -> Result<u64> {
-        let resp = self.client.kv_client().put(key, value, None).await?;
+        let resp = self.write(|c| {
+            let value = value.clone();
+            async move { c.kv_client().put(key, value, None).await }
+        })
+        .await?;
         Ok(resp.header().map_or(0, |h| h.revision() as u64))
     }
 
@@ -354,7 +403,10 @@ impl Storage {
     /// [`StorageError::Compacted`] if it has.
     pub async fn ensure_not_compacted(&self, revision: u64) -> Result<()> {
         let opts = GetOptions::new().with_revision(revision as i64).with_count_only();
-        match self.client.kv_client().get("\0", Some(opts)).await {
+        match self.endpoints.call(endpoints::Repeat::Safe, |c| {
+            let opts = opts.clone();
+            async move { c.kv_client().get("\0", Some(opts)).await }
+        }).await {
             Ok(_) => Ok(()),
             Err(e) => Err(compacted_or(e, revision)),
         }
@@ -362,13 +414,18 @@ impl Storage {
 
     /// Compacts history up to `revision`.
     pub async fn compact(&self, revision: u64) -> Result<()> {
-        self.client.kv_client().compact(revision as i64, None).await?;
+        // Compacting twice to one revision is harmless (the second is told it is compacted).
+        self.repeatable(|c| async move { c.kv_client().compact(revision as i64, None).await }).await?;
         Ok(())
     }
 
     /// Opens a watch of `[start, end)` delivering every change after `after_revision`.
     pub async fn watch_range(&self, start: &[u8], end: &[u8], after_revision: u64) -> Result<RangeWatch> {
-        RangeWatch::open(self.client.clone(), start, end, after_revision).await
+        // Opening a watch has no effect on the store: safe on any member. A watch etcd
+        // refused (a compacted start) is an answer, returned as it is.
+        let endpoints = &self.endpoints;
+        let (opened, _) = endpoints.call_on_member(endpoints::Repeat::Safe, |member, c| RangeWatch::open(c, start, end, after_revision, (endpoints.clone(), member))).await.map_err(|e| compacted_or(e, after_revision))?;
+        opened
     }
 }
 

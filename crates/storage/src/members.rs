@@ -112,7 +112,7 @@ pub struct Members {
 impl Storage {
     /// Every live member (those whose leases are alive), at one revision.
     pub async fn members(&self) -> Result<Members> {
-        let resp = self.client.kv_client().get("/shardplane/members/", Some(GetOptions::new().with_range(shardplane_keyspace::etcd_layout::prefix_end(b"/shardplane/members/")))).await?;
+        let resp = self.repeatable(|c| async move { c.kv_client().get("/shardplane/members/", Some(GetOptions::new().with_range(shardplane_keyspace::etcd_layout::prefix_end(b"/shardplane/members/")))).await }).await?;
         let mut m = Members { revision: resp.header().map_or(0, |h| h.revision() as u64), ..Default::default() };
         for kv in resp.kvs() {
             let key = String::from_utf8_lossy(kv.key());
@@ -134,36 +134,56 @@ impl Storage {
 
     /// Grants a lease of `ttl`.
     pub async fn grant_lease(&self, ttl: Duration) -> Result<i64> {
-        Ok(self.client.lease_client().grant(ttl.as_secs().max(1) as i64, None).await?.id())
+        // A grant repeated after an unknown fate at most leaves an unused lease that expires.
+        Ok(self.repeatable(|c| async move { c.lease_client().grant(ttl.as_secs().max(1) as i64, None).await }).await?.id())
     }
 
     /// Puts `key` on `lease` (unconditionally).
     pub async fn put_on_lease(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<()> {
-        self.client.kv_client().put(key, value, Some(PutOptions::new().with_lease(lease))).await?;
+        // The same put twice stores the same.
+        self.repeatable(|c| {
+            let value = value.clone();
+            async move { c.kv_client().put(key, value, Some(PutOptions::new().with_lease(lease))).await }
+        })
+        .await?;
         Ok(())
     }
 
     /// Creates `key` on `lease` if it does not exist; whether it did.
     pub async fn create_on_lease(&self, key: &str, value: Vec<u8>, lease: i64) -> Result<bool> {
         let txn = Txn::new().when([Compare::create_revision(key, CompareOp::Equal, 0)]).and_then([TxnOp::put(key, value, Some(PutOptions::new().with_lease(lease)))]);
-        Ok(self.client.kv_client().txn(txn).await?.succeeded())
+        let resp = self
+            .write(|c| {
+                let txn = txn.clone();
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
+        Ok(resp.succeeded())
     }
 
     /// Revokes a lease (its keys disappear now).
     pub async fn revoke_lease(&self, lease: i64) -> Result<()> {
-        self.client.lease_client().revoke(lease).await?;
+        self.repeatable(|c| async move { c.lease_client().revoke(lease).await }).await?;
         Ok(())
     }
 
     /// Keeps `lease` alive until `stop` or until etcd says it has expired (then returns an
     /// error, and the caller starts over with a new lease).
     pub async fn keep_alive(&self, lease: i64, ttl: Duration, stop: &CancellationToken) -> Result<()> {
-        let (mut keeper, mut stream) = self.client.lease_client().keep_alive(lease).await?;
+        let endpoints = self.endpoints();
+        let ((mut keeper, mut stream, member), _) = endpoints.call_on_member(crate::endpoints::Repeat::Safe, |m, c| async move { c.lease_client().keep_alive(lease).await.map(|(k, s)| (k, s, m)) }).await?;
+        // A broken stream leaves its member, so the caller's next lease is kept on another.
+        let broken = |e: etcd_client::Error| {
+            if crate::endpoints::classify(&e) != crate::endpoints::Failure::Answered {
+                endpoints.leave(member);
+            }
+            StorageError::from(e)
+        };
         let mut tick = tokio::time::interval((ttl / 3).max(Duration::from_millis(100)));
         loop {
             tokio::select! {
-                _ = tick.tick() => keeper.keep_alive().await?,
-                answer = stream.message() => match answer? {
+                _ = tick.tick() => keeper.keep_alive().await.map_err(broken)?,
+                answer = stream.message() => match answer.map_err(broken)? {
                     Some(a) if a.ttl() > 0 => {}
                     _ => return Err(StorageError::Etcd(format!("lease {lease:x} expired"))),
                 },

@@ -156,7 +156,12 @@ impl Storage {
             Some(rev) => Compare::mod_revision(RANGE_MAP_KEY, CompareOp::Equal, rev as i64),
         };
         let txn = Txn::new().when([map_cmp, Compare::value(leader_key, CompareOp::Equal, leader)]).and_then([TxnOp::put(RANGE_MAP_KEY, value, None)]);
-        let resp = self.client.kv_client().txn(txn).await?;
+        let resp = self
+            .write(|c| {
+                let txn = txn.clone();
+                async move { c.kv_client().txn(txn).await }
+            })
+            .await?;
         if !resp.succeeded() {
             return Err(StorageError::Conflict { current: None });
         }

@@ -29,13 +29,19 @@ impl Storage {
     /// The store's raised NOSPACE alarms (by member id); an empty list when none is raised, or
     /// when the store has no alarms to report (the embedded store keeps none).
     pub async fn space_alarms(&self) -> Result<Vec<u64>> {
-        let mut m = self.client().maintenance_client();
-        let resp = match m.alarm(AlarmAction::Get, AlarmType::None, None).await {
-            Ok(r) => r,
+        Ok(self.alarms().await?.into_iter().filter(|(_, alarm)| *alarm == AlarmType::Nospace).map(|(member, _)| member).collect())
+    }
+
+    /// Every raised alarm, (member id, alarm); none from a store that keeps no alarms (the
+    /// embedded store).
+    pub async fn alarms(&self) -> Result<Vec<(u64, AlarmType)>> {
+        let asked = self.endpoints().call(crate::endpoints::Repeat::Safe, |c| async move { c.maintenance_client().alarm(AlarmAction::Get, AlarmType::None, None).await }).await;
+        let resp = match asked {
+            Ok((r, _)) => r,
             Err(etcd_client::Error::GRpcStatus(s)) if s.code() == tonic::Code::Unimplemented => return Ok(Vec::new()),
             Err(e) => return Err(e.into()),
         };
-        Ok(resp.alarms().iter().filter(|a| a.alarm() == AlarmType::Nospace).map(|a| a.member_id()).collect())
+        Ok(resp.alarms().iter().map(|a| (a.member_id(), a.alarm())).collect())
     }
 
     /// Recovers from NOSPACE: compacts to the current revision, defragments each of

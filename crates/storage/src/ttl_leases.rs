@@ -48,7 +48,9 @@ impl Storage {
         }
         let granted = ttl + reuse_window(ttl);
         let secs = granted.as_secs().max(1) + u64::from(granted.subsec_nanos() > 0);
-        let id = self.client.lease_client().grant(secs as i64, None).await?.id();
+        // A grant repeated after an unknown fate at most leaves a lease nobody uses, which
+        // expires by itself.
+        let id = self.repeatable(|c| async move { c.lease_client().grant(secs as i64, None).await }).await?.id();
         *current = Some(Shared { id, expires: now + Duration::from_secs(secs), ttl, attached: 1 });
         Ok(id)
     }

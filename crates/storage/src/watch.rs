@@ -1,6 +1,8 @@
 //! A watch of one key range: events in revision order, with progress marks carried in-band.
 
+use crate::endpoints::{classify, Endpoints, Failure};
 use crate::{Kv, Result, StorageError};
+use std::sync::Arc;
 use etcd_client::{EventType, WatchOptions, WatchResponseStream, WatchRequestSender};
 
 /// One change of one key.
@@ -32,7 +34,9 @@ pub struct RangeWatch {
 }
 
 impl RangeWatch {
-    pub(crate) async fn open(client: etcd_client::Client, start: &[u8], end: &[u8], after_revision: u64) -> Result<Self> {
+    /// Opens the watch on `client`, the member `on` names. The outer error is the transport's
+    /// (the caller may try another member); the inner one etcd's answer (a compacted start).
+    pub(crate) async fn open(client: etcd_client::Client, start: &[u8], end: &[u8], after_revision: u64, on: (Arc<Endpoints>, usize)) -> std::result::Result<Result<Self>, etcd_client::Error> {
         let opts = WatchOptions::new()
             .with_range(end.to_vec())
             .with_start_revision(after_revision as i64 + 1)
@@ -42,11 +46,11 @@ impl RangeWatch {
         let (sender, mut stream) = ws.split();
         // The first response confirms creation (or says why not).
         match stream.message().await? {
-            Some(r) if r.canceled() => return Err(canceled(&r, after_revision)),
+            Some(r) if r.canceled() => return Ok(Err(canceled(&r, after_revision))),
             Some(_) => {}
-            None => return Err(StorageError::Etcd("watch stream closed before creation".into())),
+            None => return Err(etcd_client::Error::WatchError("watch stream closed before creation".into())),
         }
-        Ok(Self { requester: ProgressRequester(sender), stream: RangeWatchStream(stream) })
+        Ok(Ok(Self { requester: ProgressRequester(sender), stream: RangeWatchStream { stream, on } }))
     }
 
     /// Asks etcd to push a progress mark into this stream. The mark arrives in-band, after every
@@ -78,14 +82,32 @@ impl ProgressRequester {
 }
 
 /// The reading half of a [`RangeWatch`].
-pub struct RangeWatchStream(WatchResponseStream);
+pub struct RangeWatchStream {
+    stream: WatchResponseStream,
+    /// The member it reads from: left when the stream breaks (RFC 0016).
+    on: (Arc<Endpoints>, usize),
+}
 
 impl RangeWatchStream {
-    /// The next item; `Ok(None)` when the stream ended, `Err(Compacted)` if etcd cancelled the watch
-    /// because its start revision was compacted.
+    /// The next item; `Ok(None)` when the stream ended (or the process left its member: the
+    /// reader opens it again, RFC 0016), `Err(Compacted)` if etcd cancelled the watch because
+    /// its start revision was compacted.
     pub async fn next(&mut self) -> Result<Option<WatchItem>> {
         loop {
-            let Some(resp) = self.0.message().await? else { return Ok(None) };
+            let message = tokio::select! {
+                m = self.stream.message() => m,
+                // The process left this member (it failed another request): end here, so the
+                // reader resumes on the member in use (RFC 0016).
+                () = self.on.0.left(self.on.1) => return Ok(None),
+            };
+            let message = message.inspect_err(|e| {
+                // A member that lost its leader (or the connection to it) is left, so the
+                // watch opened again goes to another.
+                if classify(e) != Failure::Answered {
+                    self.on.0.leave(self.on.1);
+                }
+            });
+            let Some(resp) = message? else { return Ok(None) };
             if resp.canceled() {
                 return Err(canceled(&resp, 0));
             }

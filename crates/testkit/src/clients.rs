@@ -14,6 +14,11 @@ pub const GO: &str = "/usr/lib/go-1.24/bin/go";
 pub fn build_go_program(source: &Path, out_dir: &Path) -> PathBuf {
     assert!(Path::new(GO).exists(), "Go 1.24 missing: run deploy/local/install-deps.sh");
     std::fs::create_dir_all(out_dir).unwrap();
+    // One Go build at a time per target directory: the programs share one build cache, so the
+    // second build takes client-go from it instead of compiling it again beside the first.
+    let shared = out_dir.parent().unwrap_or(out_dir);
+    let lock = std::fs::File::create(shared.join("go-build.lock")).expect("the Go build lock file");
+    lock.lock().expect("lock the Go build");
     let name = source.file_stem().and_then(|s| s.to_str()).unwrap_or("program");
     let bin = out_dir.join(if name == "main" { source.parent().and_then(Path::file_name).and_then(|s| s.to_str()).unwrap_or("program") } else { name });
     let status = Command::new(GO)
@@ -22,7 +27,8 @@ pub fn build_go_program(source: &Path, out_dir: &Path) -> PathBuf {
         .arg(source)
         .env("GO111MODULE", "off")
         .env("GOPATH", "/usr/share/gocode")
-        .env("GOCACHE", out_dir.join("cache"))
+        // One build cache for every program of a test target directory: client-go is built once.
+        .env("GOCACHE", shared.join("go-build-cache"))
         .env("GOFLAGS", "")
         .status()
         .expect("run go build");

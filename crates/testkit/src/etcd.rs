@@ -50,7 +50,7 @@ pub(crate) fn member_command(name: &str, dir: &std::path::Path, client: &str, pe
     command
 }
 
-fn etcd_binary() -> PathBuf {
+pub(crate) fn etcd_binary() -> PathBuf {
     if let Ok(p) = std::env::var("SHARDPLANE_ETCD") {
         return p.into();
     }

@@ -23,6 +23,7 @@ mod clients;
 mod etcd;
 mod etcd_cluster;
 mod history;
+mod hosts;
 mod kubectl;
 pub mod simulator;
 mod workloads;
@@ -31,6 +32,7 @@ pub use clients::*;
 pub use etcd::*;
 pub use etcd_cluster::*;
 pub use history::*;
+pub use hosts::*;
 pub use kubectl::*;
 pub use workloads::*;
 
@@ -56,10 +58,15 @@ impl Drop for TestShard {
 
 /// Shard settings used by tests: fast bookmarks and namespace sweeps.
 pub fn test_config(etcd: &Etcd, ranges: RangeSet) -> ShardConfig {
+    test_config_on(std::slice::from_ref(&etcd.endpoint), ranges)
+}
+
+/// [`test_config`] for a store at `endpoints` (the members of an [`EtcdCluster`], say).
+pub fn test_config_on(endpoints: &[String], ranges: RangeSet) -> ShardConfig {
     ShardConfig {
         // Distinct per range: a router refuses two shards with one name.
         id: format!("test-{ranges}"),
-        etcd_endpoints: vec![etcd.endpoint.clone()],
+        etcd_endpoints: endpoints.to_vec(),
         listen: "127.0.0.1:0".parse().unwrap(),
         ranges,
         cache: CacheConfig::default(),

@@ -93,32 +93,33 @@ fn new_key(group: &str, plural: &str, followed: &RangeSet, key: &[u8]) -> bool {
     parse_object_key(group, plural, key).is_some_and(|(h, _, _)| !followed.contains(h))
 }
 
-/// After a list at `rev`, reads the followed keys' changes of the last [`HISTORY_ON_LOAD`]
-/// revisions (back to etcd's compaction at most) into the cache's history, so that a client
-/// resuming a watch from an RV it had before this shard started (or relisted) is served, not
-/// sent 410. Best effort: without it the history simply starts at `rev`.
-pub(crate) async fn backfill_on_load(storage: &Storage, cache: &WatchCache, codec: &ObjectCodec, range: &KeyRange, rev: u64) {
+/// For a list at `rev`: the followed keys' changes of the last [`HISTORY_ON_LOAD`] revisions
+/// (back to etcd's compaction at most), and the revision they start after, for the cache's
+/// history ([`WatchCache::replace_with_past`]), so that a client resuming a watch from an RV it
+/// had before this shard started (or relisted) is served, not sent 410. Best effort: without
+/// them (`rev` and nothing) the history simply starts at `rev`.
+pub(crate) async fn past_on_load(storage: &Storage, codec: &ObjectCodec, range: &KeyRange, rev: u64) -> (u64, Vec<PastChange>) {
     let (start, end) = range.hull();
     let mut from = rev.saturating_sub(HISTORY_ON_LOAD).max(1);
     for _ in 0..2 {
         if from >= rev {
-            return;
+            break;
         }
         match past_changes(storage, codec, &start, &end, from, rev).await {
             Ok(changes) => {
                 let mine: Vec<PastChange> = changes.into_iter().filter(|(key, _)| range.owns_key(key)).map(|(_, c)| c).collect();
                 tracing::debug!(resource = %range.plural, from, to = rev, changes = mine.len(), "history read on load");
-                cache.backfill(from, mine);
-                return;
+                return (from, mine);
             }
             // Compacted: from the compaction point on.
             Err(StorageError::Compacted { compacted, .. }) if compacted > from => from = compacted,
             Err(e) => {
                 tracing::debug!(resource = %range.plural, error = %e, "no history read on load");
-                return;
+                break;
             }
         }
     }
+    (rev, Vec::new())
 }
 
 /// Joins a loaded range to the cache at its synced revision S, between two events: reads the

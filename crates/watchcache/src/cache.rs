@@ -163,7 +163,7 @@ struct Contents {
     /// below it. Dropped once the history starts above it.
     joined: Vec<(Owned, u64)>,
     /// The last revision of history read back from etcd rather than seen live
-    /// ([`WatchCache::backfill`]): when those changes happened is unknown, so they count as
+    /// ([`WatchCache::replace_with_past`]): when those changes happened is unknown, so they count as
     /// older than any age.
     backfilled_to: u64,
     synced: u64,
@@ -271,6 +271,14 @@ impl WatchCache {
     /// Replaces the whole state with a fresh list at `rv`. History restarts at `rv`; open watchers
     /// are closed because they may have missed changes (they resume or get 410).
     pub fn replace(&self, objects: Vec<CachedObject>, rv: u64) {
+        self.replace_with_past(objects, (rv, rv), Vec::new());
+    }
+
+    /// [`WatchCache::replace`] of a list at `rv`, with the history starting at `from` and holding
+    /// `past` (every change of its keys after `from` up to the list, read from etcd) in the same
+    /// step: a watch resumed from before the list is never answered 410 between the
+    /// two (a shard that just started, RFC 0016).
+    pub fn replace_with_past(&self, objects: Vec<CachedObject>, (rv, from): (u64, u64), past: Vec<PastChange>) {
         let mut g = self.write();
         g.bytes = objects.iter().map(|o| o.bytes.len()).sum();
         g.objects = objects.into_iter().map(|o| (o.key.clone(), Arc::new(o))).collect();
@@ -282,6 +290,9 @@ impl WatchCache {
         let closed = g.watchers.len() as u64;
         g.terminated_watchers += closed;
         g.watchers.clear();
+        if from < rv {
+            Self::fill(&mut g, &self.config, from, past);
+        }
         drop(g);
         self.synced_tx.send_replace(rv);
     }
@@ -336,23 +347,18 @@ impl WatchCache {
     /// Gives a freshly listed cache the history that led to its state: `past`, every change of
     /// its keys after `from` up to the synced revision (read from etcd), so that watches and
     /// LISTs from `from` on are served, as after a restart a client resumes from the RV it had.
-    /// Ignored unless the history is still empty.
-    pub fn backfill(&self, from: u64, past: Vec<PastChange>) {
-        let mut g = self.write();
-        if !g.history.is_empty() || from >= g.history_start {
-            return;
-        }
+    fn fill(g: &mut Contents, config: &CacheConfig, from: u64, past: Vec<PastChange>) {
         let now = Instant::now();
         let synced = g.synced;
         g.history = past.into_iter().filter(|c| c.object.rv > from && c.object.rv <= synced).map(|c| c.into_event(now)).collect();
         g.history_start = from;
         g.backfilled_to = synced;
-        Self::evict(&mut g, &self.config);
+        Self::evict(g, config);
     }
 
     /// The newest revision the history had reached `age` ago (its start if it holds nothing
     /// that old): every change after it is younger than `age`. Changes read back by
-    /// [`WatchCache::backfill`] count as older than any age (their time is unknown; stamped
+    /// [`WatchCache::replace_with_past`] count as older than any age (their time is unknown; stamped
     /// with their load time, they would make a range taken over soon after a load read the
     /// whole backfilled history from etcd between two events, stalling the cache).
     pub fn revision_before(&self, age: Duration) -> u64 {

@@ -319,8 +319,7 @@ fn a_range_adopted_with_part_of_its_past_is_refused_only_before_that_part() {
 #[test]
 fn backfilled_history_counts_as_older_than_any_age() {
     let cache = WatchCache::new(CacheConfig::default());
-    cache.replace(vec![obj("ns", "a", "red", 5)], 20);
-    cache.backfill(10, vec![PastChange { object: obj("ns", "a", "red", 15), prev: None, deleted: false }]);
+    cache.replace_with_past(vec![obj("ns", "a", "red", 5)], (20, 10), vec![PastChange { object: obj("ns", "a", "red", 15), prev: None, deleted: false }]);
     assert_eq!(cache.revision_before(Duration::from_secs(30)), 20);
     cache.record(obj("ns", "a", "blue", 21), false);
     assert_eq!(cache.revision_before(Duration::ZERO), 21);

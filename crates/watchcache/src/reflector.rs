@@ -122,9 +122,10 @@ impl Follower for Reflecting<'_> {
                 // runs for as long as the shard does and would keep a second copy of every
                 // object).
                 let objects = decode_all(codec, kvs.into_iter().filter(|kv| range.owns_key(&kv.key)));
-                cache.replace(objects, revision);
-                tracing::debug!(resource = %codec.info().plural, revision, "watch cache loaded");
-                adopt::backfill_on_load(self.storage, cache, codec, range, revision).await;
+                // The history before the list goes in with it, in one step (RFC 0016).
+                let (from, past) = adopt::past_on_load(self.storage, codec, range, revision).await;
+                cache.replace_with_past(objects, (revision, from), past);
+                tracing::debug!(resource = %codec.info().plural, revision, history_from = from, "watch cache loaded");
             }
             Followed::Changed(events) => {
                 for e in events {

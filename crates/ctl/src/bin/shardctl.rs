@@ -81,6 +81,26 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// The store itself (RFC 0016): its members' health and sizes, defragmentation, snapshots.
+    Store {
+        #[command(subcommand)]
+        action: StoreCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum StoreCommand {
+    /// Every member given in --etcd-endpoints: which leads, database size and the part in use,
+    /// revision and raft position, errors; the store's alarms, revision and compacted revision.
+    Status,
+    /// Defragment every member given, one at a time (each answers again before the next
+    /// starts); refused unless every member answers.
+    Defrag,
+    /// Save a snapshot of the store to a file (to restore from with `etcdutl snapshot restore`).
+    Snapshot {
+        /// The file to write (written beside it, then renamed: never half a snapshot).
+        path: std::path::PathBuf,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -169,6 +189,18 @@ async fn run(args: &Args) -> Result<String, CtlError> {
             }
             let next = edit_map(&storage, |m, members| Ok(rebalance::request_rebalance(m, members, &plan()))).await?;
             Ok(report(serde_json::json!({"balancing": next.balancing, "moves": next.moves.len()}), format!("rebalancing: {} move(s) in flight\n", next.moves.len())))
+        }
+        Command::Store { action: StoreCommand::Status } => {
+            let s = storage.store_status(&args.etcd_endpoints).await?;
+            Ok(report(serde_json::to_value(&s).expect("json"), shardplane_ctl::store::render_status(&s)))
+        }
+        Command::Store { action: StoreCommand::Defrag } => {
+            let done = Storage::defragment_members(&args.etcd_endpoints).await?;
+            Ok(report(serde_json::to_value(&done).expect("json"), shardplane_ctl::store::render_defrag(&done)))
+        }
+        Command::Store { action: StoreCommand::Snapshot { path } } => {
+            let (bytes, revision) = storage.save_snapshot(path).await?;
+            Ok(report(serde_json::json!({"path": path, "bytes": bytes, "revision": revision}), format!("saved a snapshot at revision {revision} to {} ({bytes} bytes)\n", path.display())))
         }
     }
 }

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses its own part of this
 
+pub mod churn;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
@@ -42,7 +44,20 @@ pub fn spawn(args: &[&str]) -> Started {
 /// [`spawn`] with `dir` as the working directory (where the default `.shardplane/` paths are).
 /// Its standard error is dropped, or shown with `DEBUG_STDERR` set (when a test needs reading).
 pub fn spawn_in(dir: &std::path::Path, args: &[&str]) -> Started {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shard-router")).current_dir(dir).args(args).stdout(Stdio::piped()).stderr(if std::env::var_os("DEBUG_STDERR").is_some() { Stdio::inherit() } else { Stdio::null() }).spawn().unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_shard-router"));
+    command.current_dir(dir).args(args);
+    start(command)
+}
+
+/// The `shard-router` binary's path.
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_shard-router")
+}
+
+/// Starts a prepared `shard-router` command (one run on another host, say) and reads its
+/// output until it listens, as [`spawn`] does.
+pub fn start(mut command: Command) -> Started {
+    let mut child = command.stdout(Stdio::piped()).stderr(if std::env::var_os("DEBUG_STDERR").is_some() { Stdio::inherit() } else { Stdio::null() }).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut shards = Vec::new();
     let addr = loop {
