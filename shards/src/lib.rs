@@ -25,6 +25,7 @@ pub mod informer;
 pub mod rbac_aggregation;
 mod kubelet;
 pub mod membership;
+pub mod namespace_admission;
 pub mod namespaces;
 pub mod read;
 pub mod render;

@@ -2,33 +2,31 @@
 //! it; the shard that owns the namespace key removes the `kubernetes` finalizer once etcd holds
 //! no object of the namespace on any shard, and then the namespace itself.
 //!
-//! Every shard follows all namespace keys with one etcd watch but keeps only the *names* of
-//! Terminating namespaces, so its memory grows with namespaces being deleted, not with all
-//! namespaces, and no shard polls etcd.
+//! Every shard follows all namespace keys with one etcd watch and keeps each namespace's name,
+//! mod_revision and phase (a few dozen bytes per namespace): creates are admitted on it
+//! ([`crate::namespace_admission`], RFC 0017) and the Terminating ones are cleaned up here, so
+//! no shard polls etcd.
 
 use crate::shard::Shard;
-use serde_json::Value;
+use crate::namespace_admission::seen_in;
 use shardplane_keyspace::{etcd_layout, HashRange};
 use shardplane_watchcache::Filter;
 use shardplane_storage::follow::{self, FollowOptions, Followed};
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tracing::Instrument;
 
 /// Runs until shutdown: follows namespace keys and, every `period` while any namespace is
 /// Terminating, cleans up.
 pub async fn run(shard: Arc<Shard>, period: Duration) {
-    let terminating = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
-    tokio::spawn(follow(shard.clone(), terminating.clone()));
+    tokio::spawn(follow(shard.clone()));
     let mut tick = tokio::time::interval(period);
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             _ = shard.shutdown.cancelled() => return,
         }
-        let pending: Vec<(String, u64)> = terminating.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(k, v)| (k.clone(), *v)).collect();
-        for (name, mod_revision) in pending {
+        for (name, mod_revision) in shard.namespaces.terminating() {
             let span = tracing::info_span!("namespace_cleanup", namespace = %name, shard = %shard.id);
             if let Err(e) = cleanup(&shard, &name, mod_revision).instrument(span).await {
                 tracing::warn!(namespace = %name, error = %e, "namespace cleanup failed; retrying");
@@ -37,37 +35,24 @@ pub async fn run(shard: Arc<Shard>, period: Duration) {
     }
 }
 
-/// Keeps `terminating` equal to the Terminating namespaces in etcd (name → mod_revision).
-async fn follow(shard: Arc<Shard>, terminating: Arc<Mutex<BTreeMap<String, u64>>>) {
+/// Keeps `shard.namespaces` equal to the namespaces in etcd.
+async fn follow(shard: Arc<Shard>) {
     let (start, end) = etcd_layout::range_keys("", "namespaces", HashRange::FULL);
     let store = shard.stores.of("", "namespaces").clone();
-    let note = |value: &[u8], rev: u64, set: &mut BTreeMap<String, u64>| {
-        let Ok(ns) = serde_json::from_slice::<Value>(value) else { return };
-        let name = ns.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_owned();
-        if ns.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
-            set.insert(name, rev);
-        } else {
-            set.remove(&name);
-        }
-    };
     let options = FollowOptions::fixed("namespaces", Duration::from_millis(500), shard.shutdown.clone());
+    let known = &shard.namespaces;
     follow::follow(&store, &start, &end, options, |f| {
-        let mut set = terminating.lock().unwrap_or_else(|p| p.into_inner());
         match f {
-            // Only the Terminating names are kept; the namespaces themselves are not.
-            Followed::Listed { kvs, .. } => {
-                set.clear();
-                for kv in &kvs {
-                    note(&kv.value, kv.mod_revision, &mut set);
-                }
-            }
+            Followed::Listed { kvs, .. } => known.replace(kvs.iter().filter_map(|kv| seen_in(&kv.value, kv.mod_revision))),
             Followed::Changed(events) => {
                 for e in events {
                     match (e.deleted, etcd_layout::parse_object_key("", "namespaces", &e.kv.key)) {
-                        (true, Some((_, _, name))) => {
-                            set.remove(name);
+                        (true, Some((_, _, name))) => known.record(name, None),
+                        (false, _) => {
+                            if let Some((name, seen)) = seen_in(&e.kv.value, e.kv.mod_revision) {
+                                known.record(&name, Some(seen));
+                            }
                         }
-                        (false, _) => note(&e.kv.value, e.revision, &mut set),
                         _ => {}
                     }
                 }

@@ -92,6 +92,8 @@ pub struct Shard {
     pub informers: crate::informer::Informers,
     /// The service IP and node-port ranges (RFC 0014).
     pub service_network: shardplane_apimachinery::service_network::ServiceNetwork,
+    /// Every namespace's state, followed from etcd: creates are admitted on it (RFC 0017).
+    pub namespaces: crate::namespace_admission::Namespaces,
 }
 
 impl Shard {
@@ -127,6 +129,7 @@ impl Shard {
             min_request_timeout: config.min_request_timeout,
             event_ttl: config.event_ttl,
             service_network: config.service_network.clone(),
+            namespaces: Default::default(),
         });
         shard.serve_catalog(&shardplane_catalog::Catalog::builtin());
         tokio::spawn(follow_catalog(shard.clone()));

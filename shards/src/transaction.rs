@@ -19,30 +19,46 @@ use shardplane_storage::{Companion, Kv, Primary, StorageError};
 const QUOTA_ROUNDS: usize = 64;
 
 /// Creates `obj` at `key` with what `addresses` takes and what it uses charged to its quotas,
-/// picking another address on a collision. The inner result is the store's answer for the
-/// object itself (`AlreadyExists` for a name in use).
-pub(crate) async fn create(shard: &Shard, info: &ResourceInfo, key: &[u8], obj: &mut Value, addresses: Plan) -> Result<Result<u64, StorageError>, ApiError> {
-    write(shard, info, obj, addresses, None, |value| Primary::Create { key: key.to_vec(), value }, Op::Create).await
+/// picking another address on a collision; `namespace`: the compare that its namespace is still
+/// as admitted (RFC 0017), read again when it fails. The inner result is the store's answer for
+/// the object itself (`AlreadyExists` for a name in use).
+pub(crate) async fn create(shard: &Shard, info: &ResourceInfo, key: &[u8], obj: &mut Value, addresses: Plan, namespace: Option<Companion>) -> Result<Result<u64, StorageError>, ApiError> {
+    write(shard, info, obj, addresses, None, namespace, |value| Primary::Create { key: key.to_vec(), value }, Op::Create).await
 }
 
 /// Replaces the stored `kv` (decoded: `old`) with `new` and what `addresses` takes and gives
 /// back, charging or giving back the usage that changes. A lost race on a key given back is a
 /// `Conflict` (the caller reads again and retries).
 pub(crate) async fn update(shard: &Shard, info: &ResourceInfo, key: &[u8], kv: &Kv, old: &Value, new: &mut Value, addresses: Plan) -> Result<Result<u64, StorageError>, ApiError> {
-    write(shard, info, new, addresses, Some((kv, old)), |value| Primary::Update { key: key.to_vec(), value, expected: kv.mod_revision }, Op::Update).await
+    write(shard, info, new, addresses, Some((kv, old)), None, |value| Primary::Update { key: key.to_vec(), value, expected: kv.mod_revision }, Op::Update).await
 }
 
 /// Writes `obj` (as `primary` makes the write of its stored bytes) with its companions: a
 /// collision on an address picked here picks again, a lost quota compare reads the quotas
 /// again, a lost race on a release is a `Conflict` with `read`, the entry the write replaces.
-async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Plan, read: Option<(&Kv, &Value)>, primary: impl Fn(Vec<u8>) -> Primary, op: Op) -> Result<Result<u64, StorageError>, ApiError> {
+/// A failed transaction with a `namespace` compare reads the namespace again first: a changed
+/// namespace is admitted again (or refuses the create), an unchanged one was not the cause.
+#[allow(clippy::too_many_arguments)]
+async fn write(shard: &Shard, info: &ResourceInfo, obj: &mut Value, mut plan: Plan, read: Option<(&Kv, &Value)>, mut namespace: Option<Companion>, primary: impl Fn(Vec<u8>) -> Primary, op: Op) -> Result<Result<u64, StorageError>, ApiError> {
     let (ns, name) = (meta::meta_str(obj, "namespace").to_owned(), meta::meta_str(obj, "name").to_owned());
     let (mut rounds, mut lease_lost) = (0, false);
     loop {
         let charges = resource_quota::charges(shard, info, read.map(|r| r.1), Some(obj)).await.map_err(ApiError::from)?;
         let addresses = service_addresses::companions(shard, &plan, &ns, &name);
         let lease = expiry_lease(shard, info).await.map_err(shardplane_http::storage_errors::status_of)?;
-        match commit(shard, info, &primary(stored_bytes(info, obj)), &addresses, &charges, lease).await {
+        let result = commit(shard, info, &primary(stored_bytes(info, obj)), &addresses, &charges, namespace.as_ref(), lease).await;
+        if let (Err(StorageError::CompanionConflict { .. }), Some(taken)) = (&result, &namespace) {
+            let now = crate::namespace_admission::read(shard, info, &ns, &name).await?;
+            if now.as_ref() != Some(taken) {
+                namespace = now;
+                rounds += 1;
+                if rounds >= QUOTA_ROUNDS {
+                    return Err(ApiError::conflict("", "namespaces", &ns));
+                }
+                continue;
+            }
+        }
+        match result {
             // The shared expiry lease is gone from the store (revoked, or a store that lost it in
             // a crash): write again on a new one, once.
             Err(e) if lease != 0 && !lease_lost && shardplane_storage::is_lease_not_found(&e) => {
@@ -108,7 +124,7 @@ pub(crate) async fn remove_with(shard: &Shard, info: &ResourceInfo, key: &[u8], 
             Err(Refused::Quota(_)) => Vec::new(),
             Err(Refused::Unavailable(e)) => return Err(StorageError::Etcd(format!("quotas unreadable: {}", e.message))),
         };
-        match commit(shard, info, &primary, &releases, &charges, 0).await {
+        match commit(shard, info, &primary, &releases, &charges, None, 0).await {
             Err(StorageError::CompanionConflict { index }) if index >= releases.len() && (index != usize::MAX || !charges.is_empty()) && rounds < QUOTA_ROUNDS => rounds += 1,
             Err(StorageError::CompanionConflict { .. }) => return Err(StorageError::Conflict { current: Some(kv.clone()) }),
             other => {
@@ -124,9 +140,10 @@ pub(crate) async fn remove_with(shard: &Shard, info: &ResourceInfo, key: &[u8], 
 /// Commits `primary` with the `addresses` and quota `charges` it makes, in one transaction; or,
 /// with them on other stores, the quota charges first, then the address records taken, then the
 /// object, then the records given back. A companion's failed condition is `CompanionConflict`
-/// with its index in `addresses` then `charges`. `lease`: the etcd lease the object is written
-/// on (0: none).
-async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, addresses: &[Companion], charges: &[Companion], lease: i64) -> Result<u64, StorageError> {
+/// with its index in `addresses` then `charges`. `namespace`: a compare on the object's own
+/// store, always in the object's transaction and last in it. `lease`: the etcd lease the object
+/// is written on (0: none).
+async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, addresses: &[Companion], charges: &[Companion], namespace: Option<&Companion>, lease: i64) -> Result<u64, StorageError> {
     let quota_together = charges.is_empty() || resource_quota::same_store(shard, info);
     if !quota_together {
         resource_quota::charge_first(shard, charges, addresses.len()).await?;
@@ -136,11 +153,12 @@ async fn commit(shard: &Shard, info: &ResourceInfo, primary: &Primary, addresses
     // Only a Service's address records can be on another store (an eviction's budget is passed
     // here only when it shares the object's).
     if addresses.is_empty() || !service_addresses::is_services(info) || service_addresses::one_store(shard) {
-        let all: Vec<Companion> = addresses.iter().chain(with_object).cloned().collect();
+        let all: Vec<Companion> = addresses.iter().chain(with_object).chain(namespace).cloned().collect();
         return store.commit_leased(primary, &all, lease).await;
     }
     service_addresses::take_first(shard, addresses).await?;
-    let rev = match store.commit_leased(primary, with_object, lease).await {
+    let with_object: Vec<Companion> = with_object.iter().chain(namespace).cloned().collect();
+    let rev = match store.commit_leased(primary, &with_object, lease).await {
         Err(StorageError::CompanionConflict { index }) if index != usize::MAX => return Err(StorageError::CompanionConflict { index: index + addresses.len() }),
         other => other?,
     };

@@ -148,19 +148,6 @@ pub(crate) fn validate_fields(info: &ResourceInfo, query: &str, obj: &mut Value,
     Ok(unknown)
 }
 
-/// Namespace admission: the namespace must exist and not be terminating (read from etcd, since
-/// another shard may own it).
-async fn check_namespace(shard: &Shard, info: &ResourceInfo, ns: &str, name: &str) -> Result<(), ApiError> {
-    let ns_info = shard.builtin("", "namespaces");
-    let (kv, _) = shard.store(&ns_info).get(&Shard::any_key(&ns_info, "", ns)).await.map_err(storage_err)?;
-    let Some(kv) = kv else { return Err(ApiError::not_found("", "namespaces", ns)) };
-    let v: Value = serde_json::from_slice(&kv.value).unwrap_or(Value::Null);
-    if v.pointer("/status/phase").and_then(Value::as_str) == Some("Terminating") {
-        return Err(ApiError::forbidden(&info.group, &info.plural, name, &format!("unable to create new content in namespace {ns} because it is being terminated")));
-    }
-    Ok(())
-}
-
 /// POST to a collection.
 pub async fn create(c: Call<'_>) -> Reply {
     let Call { shard, target: t, headers, query, body: raw } = c;
@@ -207,9 +194,8 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
         return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
     }
     let key = shard.owned_key(info, &path_ns, &name)?;
-    if info.namespaced {
-        check_namespace(shard, info, &path_ns, &name).await?;
-    }
+    // The namespace must exist and not be terminating (RFC 0017).
+    let namespace = if info.namespaced { crate::namespace_admission::admit_create(shard, info, &path_ns, &name).await? } else { None };
     crate::crds::refuse_create_if_terminating(shard, info)?;
     crate::crds::admit(shard, info, &mut obj, Subresource::Main).await;
     crate::admission::admit_create(shard, info, &mut obj).await?;
@@ -220,7 +206,7 @@ pub(crate) async fn insert(shard: &Shard, t: &Target, headers: &HeaderMap, query
         return respond_warning(StatusCode::CREATED, &mut obj, None, unknown);
     }
     // Written with its addresses and its quotas' usage (RFC 0014).
-    match crate::transaction::create(shard, info, &key, &mut obj, addresses).await? {
+    match crate::transaction::create(shard, info, &key, &mut obj, addresses, namespace).await? {
         Ok(rev) => {
             if info.group.is_empty() && info.plural == "namespaces"
                 && let Err(e) = crate::service_accounts::ensure_default(shard, &name).await

@@ -36,20 +36,23 @@ pub enum Companion {
     /// Replaced if its mod_revision is still `expected` (a ResourceQuota's usage, charged by
     /// the write that uses it).
     Update { key: Vec<u8>, value: Vec<u8>, expected: u64 },
+    /// Not written: the transaction fails unless its mod_revision is still `expected` (the
+    /// namespace a create goes into, RFC 0017).
+    Unchanged { key: Vec<u8>, expected: u64 },
 }
 
 impl Companion {
     /// The key it writes.
     pub fn key(&self) -> &[u8] {
         match self {
-            Companion::Create { key, .. } | Companion::Delete { key, .. } | Companion::Update { key, .. } => key,
+            Companion::Create { key, .. } | Companion::Delete { key, .. } | Companion::Update { key, .. } | Companion::Unchanged { key, .. } => key,
         }
     }
 
     fn holds(&self, current: Option<&Kv>) -> bool {
         match self {
             Companion::Create { .. } => current.is_none(),
-            Companion::Delete { expected, .. } | Companion::Update { expected, .. } => current.is_some_and(|kv| kv.mod_revision == *expected),
+            Companion::Delete { expected, .. } | Companion::Update { expected, .. } | Companion::Unchanged { expected, .. } => current.is_some_and(|kv| kv.mod_revision == *expected),
         }
     }
 }
@@ -89,6 +92,7 @@ impl Storage {
                     when.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *expected as i64));
                     then.push(TxnOp::put(key.clone(), value.clone(), None));
                 }
+                Companion::Unchanged { key, expected } => when.push(Compare::mod_revision(key.clone(), CompareOp::Equal, *expected as i64)),
             }
         }
         // On failure, every key as it is now, to say which condition failed.

@@ -186,6 +186,12 @@ pub struct Storage {
 }
 
 impl Storage {
+    /// Whether `other` is this same connection (two resources on one store share one; only
+    /// keys on one store can be written in one transaction).
+    pub fn is_same_store(&self, other: &Storage) -> bool {
+        std::sync::Arc::ptr_eq(&self.endpoints, &other.endpoints)
+    }
+
     /// Connects to the given endpoints (`http://127.0.0.1:2379`), or to one unix socket
     /// (`unix:/path/to/socket`, or `unix:///path/to/socket`, as etcd spells it).
     pub async fn connect(endpoints: &[String]) -> Result<Self> {

@@ -182,14 +182,17 @@ async fn the_repair_loop_restores_and_reclaims_records() {
     let (code, gone) = router.delete(&format!("/apis/networking.k8s.io/v1/ipaddresses/{ip}"), None).await;
     assert_eq!(code, 200, "{gone}");
     wait_for(REPAIRED_WITHIN, || async { ip_addresses(&router).await.contains(&(ip.clone(), NS.to_owned(), "web".to_owned())) }).await;
-    // A record naming no Service, and a node port held by none, are reclaimed.
-    let stray = json!({"apiVersion": "networking.k8s.io/v1", "kind": "IPAddress", "metadata": {"name": "10.100.0.77", "labels": {"ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}},
+    // A record naming no Service, and a node port held by none, are reclaimed (an address the
+    // Service was not given at random).
+    let stray_ip = if ip == "10.100.0.77" { "10.100.0.78" } else { "10.100.0.77" };
+    let stray_port = if node_port(&svc) == 30222 { 30223 } else { 30222 };
+    let stray = json!({"apiVersion": "networking.k8s.io/v1", "kind": "IPAddress", "metadata": {"name": stray_ip, "labels": {"ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}},
         "spec": {"parentRef": {"group": "", "resource": "services", "namespace": NS, "name": "never-was"}}});
     let (code, created) = router.post("/apis/networking.k8s.io/v1/ipaddresses", &stray).await;
     assert_eq!(code, 201, "{created}");
     let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
-    storage.create(format!("{NODE_PORTS_PREFIX}30222").as_bytes(), serde_json::to_vec(&json!({"namespace": NS, "name": "never-was"})).unwrap()).await.unwrap();
-    wait_for(REPAIRED_WITHIN, || async { !ip_addresses(&router).await.iter().any(|(a, _, _)| a == "10.100.0.77") && !node_ports(&etcd).await.contains(&30222) }).await;
+    storage.create(format!("{NODE_PORTS_PREFIX}{stray_port}").as_bytes(), serde_json::to_vec(&json!({"namespace": NS, "name": "never-was"})).unwrap()).await.unwrap();
+    wait_for(REPAIRED_WITHIN, || async { !ip_addresses(&router).await.iter().any(|(a, _, _)| a == stray_ip) && !node_ports(&etcd).await.contains(&stray_port) }).await;
     // The Service's own records are untouched.
     assert!(ip_addresses(&router).await.contains(&(ip, NS.to_owned(), "web".to_owned())));
     assert_eq!(node_ports(&etcd).await, BTreeSet::from([node_port(&svc)]));

@@ -408,6 +408,67 @@ async fn deleting_a_namespace_removes_its_contents_then_itself() {
     assert_eq!(s.get("/api/v1/namespaces/keep/configmaps/stay").await.0, 200);
 }
 
+/// Creates racing a namespace's deletion (RFC 0017): every create that succeeded committed
+/// before the namespace turned Terminating (its resourceVersion is below the Terminating one),
+/// every later one is refused with 403 NamespaceTerminating (or 404 once it is gone), and a
+/// namespace of the same name created again takes creates at once.
+#[tokio::test]
+async fn creates_racing_a_namespace_deletion_never_land_after_it() {
+    const WRITERS: usize = 8;
+    let (_etcd, s) = setup().await;
+    for round in 0..3 {
+        let ns = format!("race-{round}");
+        s.namespace(&ns).await;
+        let path = format!("/api/v1/namespaces/{ns}/configmaps");
+        let created = std::sync::atomic::AtomicUsize::new(0);
+        let writer = |w: usize| {
+            let (s, path, created) = (&s, &path, &created);
+            async move {
+                let mut answers = Vec::new();
+                // Bounded, so that a deletion that never takes effect fails the test, not hangs it.
+                for i in 0..5000 {
+                    let name = format!("w{w}-{i}");
+                    let (code, body) = s.post(path, &configmap(&name, json!({}))).await;
+                    let refused = code != 201;
+                    if !refused {
+                        created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    answers.push((name, code, body));
+                    if refused {
+                        break;
+                    }
+                }
+                answers
+            }
+        };
+        let deleter = async {
+            wait_for(T, || async { created.load(std::sync::atomic::Ordering::Relaxed) >= 4 * WRITERS }).await;
+            s.delete(&format!("/api/v1/namespaces/{ns}"), None).await
+        };
+        let (answers, (code, terminating)) = tokio::join!(futures::future::join_all((0..WRITERS).map(writer)), deleter);
+        assert_eq!((code, terminating["status"]["phase"].as_str()), (200, Some("Terminating")), "{terminating}");
+        let at = rv(&terminating);
+        assert!(answers.iter().all(|a| a.last().is_some_and(|(_, code, _)| *code != 201)), "every writer was refused in the end");
+        for (name, code, body) in answers.iter().flatten() {
+            match code {
+                201 => assert!(rv(body) < at, "{ns}/{name} created at {} after its namespace turned Terminating at {at}", rv(body)),
+                403 => {
+                    assert_eq!(body["reason"], "Forbidden", "{body}");
+                    assert_eq!(body["details"]["causes"][0]["reason"], "NamespaceTerminating", "{body}");
+                    assert_eq!(body["message"], format!("configmaps \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated"));
+                }
+                404 => assert_eq!(body["reason"], "NotFound", "{body}"),
+                _ => panic!("{ns}/{name}: {code} {body}"),
+            }
+        }
+        wait_for(Duration::from_secs(20), || async { s.get(&format!("/api/v1/namespaces/{ns}")).await.0 == 404 }).await;
+        assert_eq!(s.get(&path).await.1["items"], json!([]));
+        // The same name again: known to no follower yet, admitted by a read.
+        s.namespace(&ns).await;
+        assert_eq!(s.post(&path, &configmap("again", json!({}))).await.0, 201);
+    }
+}
+
 #[tokio::test]
 async fn two_shards_on_halves_serve_disjoint_sets_whose_union_is_everything() {
     let etcd = Etcd::start().await;
