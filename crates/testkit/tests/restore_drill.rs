@@ -7,6 +7,8 @@
 //!
 //! - kube-rs's `watcher` with a reflector store (it relists on 410 Gone);
 //! - client-go's shared informer (a Go program built against Debian's client-go);
+//! - the PyPI `kubernetes` client's list-then-watch loop (tests/python/list_watch_store.py: it
+//!   lists again on 410, as the client's watch documentation asks);
 //! - `kubectl get -w`, whose watch ends (it does not relist) and whose next `get` shows the
 //!   restored state;
 //! - a watch resumed from a resourceVersion handed out before the restore gets 410 at once,
@@ -50,17 +52,27 @@ async fn listed(router: &TestShard) -> (BTreeMap<String, String>, u64) {
     (items, list["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap())
 }
 
-/// client-go's informer, run as a process; its latest printed store.
-struct Informer {
+/// A client run as a process that prints its store as JSON lines (`{"synced", "objects"}`):
+/// client-go's informer or the Python client's list-then-watch; its latest printed store.
+struct StoreProcess {
     child: std::process::Child,
     latest: Arc<Mutex<Option<(bool, BTreeMap<String, String>)>>>,
 }
 
-impl Informer {
-    fn start(router: &str) -> Self {
+impl StoreProcess {
+    fn informer(router: &str) -> Self {
         let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clientgo_informer/main.go");
         let bin = build_go_program(&source, &PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("clientgo_informer"));
-        let mut child = std::process::Command::new(bin).args([router, NS]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+        Self::start(std::process::Command::new(bin).args([router, NS]))
+    }
+
+    fn python(router: &str) -> Self {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/list_watch_store.py");
+        Self::start(std::process::Command::new("python3").arg(script).args([router, NS]).env("NO_PROXY", "127.0.0.1"))
+    }
+
+    fn start(command: &mut std::process::Command) -> Self {
+        let mut child = command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
         let latest = Arc::new(Mutex::new(None));
         let out = child.stdout.take().unwrap();
         let into = latest.clone();
@@ -79,7 +91,7 @@ impl Informer {
     }
 }
 
-impl Drop for Informer {
+impl Drop for StoreProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -128,13 +140,14 @@ async fn every_client_converges_on_the_state_a_snapshot_restores() {
         }
     });
     let kube_store = || reader.state().iter().map(|cm| (cm.metadata.name.clone().unwrap(), cm.metadata.resource_version.clone().unwrap())).collect::<BTreeMap<_, _>>();
-    let informer = Informer::start(&router.url);
+    let informer = StoreProcess::informer(&router.url);
+    let python = StoreProcess::python(&router.url);
     let kubectl = Kubectl { bin: kubectl_path("1.33"), server: router.url.clone(), home: Default::default() };
     let mut kubectl_watch = kubectl.command(&["get", "configmaps", "-n", NS, "-w", "-o", "name"]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
 
     let before = stored(&storage).await;
     assert_eq!(before.len(), 10);
-    wait_for(Duration::from_secs(60), || async { kube_store() == before && informer.store().as_ref() == Some(&before) }).await;
+    wait_for(Duration::from_secs(60), || async { kube_store() == before && informer.store().as_ref() == Some(&before) && python.store().as_ref() == Some(&before) }).await;
 
     // The snapshot, then changes it will not have.
     let dir = PathBuf::from("/dev/shm").join(format!("shardplane-drill-{}", uuid::Uuid::new_v4()));
@@ -152,7 +165,7 @@ async fn every_client_converges_on_the_state_a_snapshot_restores() {
     }
     assert_eq!(router.delete(&format!("/api/v1/namespaces/{NS}/configmaps/kept-9"), None).await.0, 200);
     let newest = stored(&storage).await;
-    wait_for(Duration::from_secs(60), || async { kube_store() == newest && informer.store().as_ref() == Some(&newest) && listed(&router).await.0 == newest }).await;
+    wait_for(Duration::from_secs(60), || async { kube_store() == newest && informer.store().as_ref() == Some(&newest) && python.store().as_ref() == Some(&newest) && listed(&router).await.0 == newest }).await;
     let handed_out = listed(&router).await.1;
 
     // The restore.
@@ -178,7 +191,7 @@ async fn every_client_converges_on_the_state_a_snapshot_restores() {
     assert!(gone, "a watch from RV {handed_out} (before the restore) was not answered 410");
 
     // Every client converges on it.
-    wait_for(Duration::from_secs(90), || async { kube_store() == restored && informer.store().as_ref() == Some(&restored) }).await;
+    wait_for(Duration::from_secs(90), || async { kube_store() == restored && informer.store().as_ref() == Some(&restored) && python.store().as_ref() == Some(&restored) }).await;
     eprintln!("restore drill: kube-rs watcher went through {:?}", kube_errors.lock().unwrap());
     // kubectl get -w ends (it does not relist); a new get shows the restored state.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -202,7 +215,7 @@ async fn every_client_converges_on_the_state_a_snapshot_restores() {
     assert!(rv > handed_out, "the first write after the restore got RV {rv}, not above {handed_out}");
     let mut with_it = restored.clone();
     with_it.insert("after-restore".into(), rv.to_string());
-    wait_for(Duration::from_secs(30), || async { kube_store() == with_it && informer.store().as_ref() == Some(&with_it) }).await;
+    wait_for(Duration::from_secs(30), || async { kube_store() == with_it && informer.store().as_ref() == Some(&with_it) && python.store().as_ref() == Some(&with_it) }).await;
     kube_task.abort();
     let _ = std::fs::remove_dir_all(&dir);
 }
