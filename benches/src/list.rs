@@ -102,6 +102,8 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
     // One standalone shard stays up: the baseline every topology is timed beside.
     let one = crate::cluster::StandaloneShard::start(&ctx.router, &etcd.endpoint).await;
     let mut one_shard_rows = Vec::new();
+    // At K=1, all pods paged: (the router's extra ms per page, the shard's ms per page).
+    let mut page_cost = None;
     for &k in &ks {
         let bar = ctx.spinner(&format!("list: K={k}"));
         let t = Topology::start(&ctx.router, &etcd.endpoint, k).await;
@@ -109,6 +111,10 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
             // A namespace LIST takes milliseconds: more runs for a stable median.
             let runs = if *want < n { runs * 4 + 1 } else { runs };
             let [(base50, base_max), (p50, max)] = time_side_by_side(&one.url, &t.url, path, *paged, runs, *want).await;
+            if k == 1 && *paged && *want == n {
+                let pages = n.div_ceil(500) as f64;
+                page_cost = Some(((p50 - base50) / pages, base50 / pages));
+            }
             if k == 1 {
                 one_shard_rows.push(vec![format!("one shard: {name}"), format!("{base50:.0}"), format!("{base_max:.0}"), format!("{:.0}", *want as f64 / (base50 / 1000.0))]);
             }
@@ -142,8 +148,11 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
         A page from one shard passes through too, with only its head rewritten (the continue token gains the range-map epoch). \
         A page from several shards is held whole before it is sent, because its `continue` token and `remainingItemCount` come before the items and depend on the merge: the shards serve their shares (1.25 × limit / K + 8 each) in parallel, then the router merges and sends. \
         The profiles below (taken in extra runs of each case that misses) show where the remaining time goes: in the router, mostly the kernel copying bytes in and out of sockets and memmove assembling the page; in the shards, the cache walk and the page's encoding. \
-        With one shard, a page costs an extra hop (a request, and 1.8 MB through one more pair of sockets) on top of a shard's ~4 ms: about 0.6 ms, measured with curl on one page. With several, each page waits for the slowest shard, costs K requests and the merged page's copy, and the shards' overfetch (up to 1.25×) is read and discarded. \
+        With several shards, each page waits for the slowest shard, costs K requests and the merged page's copy, and the shards' overfetch (up to 1.25×) is read and discarded. \
         What would close it: letting the first page's items stream while the shards' later items are still arriving (metadata written after the items, which JSON allows but upstream's byte layout does not), or larger pages (a client's `limit`).\n");
+    if let Some((extra, shard)) = page_cost {
+        s.line(format!("In this run, with one shard behind the router, a page of 500 pods took {shard:.2} ms from the shard alone and {extra:.2} ms more through the router (the p50s of the paged LIST of all pods, divided by its pages): the extra hop, a request and the page's bytes through one more pair of sockets.\n"));
+    }
     s.line(profiles);
     let series = [Series { label: "router, all pods unpaged".into(), points: scaling.iter().map(|(k, ms, _)| (*k as f64, *ms)).collect() }, Series { label: "one shard (timed beside it)".into(), points: scaling.iter().map(|(k, _, ms)| (*k as f64, *ms)).collect() }];
     if let Some(name) = ctx.plot("list-vs-shards.png", |p| line_plot(p, &format!("LIST of {n} pods vs shards behind the router"), "shards (K)", "p50 ms", &series)) {

@@ -2,7 +2,7 @@
 //! machine, written to `benches/RESULTS.md` with plots under `benches/plots/`.
 //!
 //! `cargo run --release -p shardplane-benches -- all` (or one scenario: `memory-per-shard`,
-//! `list`, `watch`, `write`, `churn`, `move`, `store`) starts etcd on tmpfs, builds and starts `shard-router`
+//! `memory-under-churn`, `list`, `watch`, `write`, `churn`, `move`, `store`) starts etcd on tmpfs, builds and starts `shard-router`
 //! (which starts the shard processes), loads realistic objects and measures. `--smoke` runs
 //! every scenario at tiny sizes (CI runs it in a debug build so the benchmarks never rot; its
 //! report goes to `target/bench-smoke/` and says that its numbers mean nothing).
@@ -13,6 +13,7 @@ mod churn;
 mod cluster;
 mod list;
 mod memory;
+mod memory_churn;
 mod moves;
 mod node_axis;
 mod objects;
@@ -31,7 +32,7 @@ use std::time::Instant;
 #[derive(Parser, Debug)]
 #[command(name = "bench")]
 struct Args {
-    /// `all`, or one of: memory-per-shard, list, watch, write, churn, move, store, access, apf,
+    /// `all`, or one of: memory-per-shard, memory-under-churn, list, watch, write, churn, move, store, access, apf,
     /// cluster (the node axis: `--objects` is then the ladder of node counts); or `serve`, which loads
     /// `--objects` pods (default 100000), starts `--shards` K behind a router, prints their
     /// URLs and pids and waits for Ctrl-C: a system to profile or try by hand.
@@ -60,9 +61,13 @@ struct Args {
     /// Which ladders `cluster` runs (comma-separated of shared, budget; default both).
     #[arg(long, value_delimiter = ',')]
     ladders: Vec<String>,
+    /// Another build's `shard-router` binary: `write` then also runs this build against it in
+    /// interleaved pairs (before and after a change, in one run).
+    #[arg(long)]
+    compare_router: Option<PathBuf>,
 }
 
-const SCENARIOS: [&str; 10] = ["memory-per-shard", "list", "watch", "write", "churn", "move", "store", "access", "apf", "cluster"];
+const SCENARIOS: [&str; 11] = ["memory-per-shard", "memory-under-churn", "list", "watch", "write", "churn", "move", "store", "access", "apf", "cluster"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -76,6 +81,8 @@ pub struct Ctx {
     pub topologies: Vec<String>,
     /// `--ladders`: which of `cluster`'s ladders run (empty: both).
     pub ladders: Vec<String>,
+    /// `--compare-router`: another build to run `write` against.
+    pub compare_router: Option<PathBuf>,
     plots: PathBuf,
     fonts: bool,
     progress: MultiProgress,
@@ -101,14 +108,15 @@ impl Ctx {
     /// Draws a plot into the plots directory; its file name, or None (reported) if it failed
     /// or no font is installed.
     pub fn plot(&self, name: &str, draw: impl FnOnce(&Path) -> Result<(), String>) -> Option<String> {
+        // A smoke run only checks that scenarios run; a real one must not lose its plots quietly.
         if !self.fonts {
-            eprintln!("plot {name} skipped: no font at /usr/share/fonts/truetype/dejavu (install fonts-dejavu-core)");
+            assert!(self.smoke, "plot {name}: no font at /usr/share/fonts/truetype/dejavu (install fonts-dejavu-core)");
             return None;
         }
         match draw(&self.plots.join(name)) {
             Ok(()) => Some(name.to_owned()),
             Err(e) => {
-                eprintln!("plot {name} failed: {e}");
+                assert!(self.smoke, "plot {name} failed: {e}");
                 None
             }
         }
@@ -183,9 +191,10 @@ async fn main() {
     std::fs::create_dir_all(&plots).expect("plots directory");
     let perf = args.perf && profile::available();
     if args.perf && !perf {
-        eprintln!("bench: --perf needs linux-perf (apt-get install linux-perf) and perf_event_paranoid ≤ 2; profiling skipped");
+        eprintln!("bench: --perf needs linux-perf (apt-get install linux-perf) and perf_event_paranoid ≤ 2");
+        std::process::exit(2);
     }
-    let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), perf, topologies: args.topologies.clone(), ladders: args.ladders.clone(), plots, fonts: report::register_font(), progress: MultiProgress::new() };
+    let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), perf, topologies: args.topologies.clone(), ladders: args.ladders.clone(), compare_router: args.compare_router.clone(), plots, fonts: report::register_font(), progress: MultiProgress::new() };
     let started = Instant::now();
     let want = |name: &str| run_all || args.scenario == name;
     let mut sections = Vec::new();
@@ -194,6 +203,9 @@ async fn main() {
         let (s, p) = memory::run(&ctx).await;
         sections.push(s);
         memory_points = p;
+    }
+    if want("memory-under-churn") {
+        sections.push(memory_churn::run(&ctx).await);
     }
     if want("list") {
         let (s, p) = list::run(&ctx).await;
@@ -235,9 +247,10 @@ async fn main() {
         text.push_str("> **Smoke run**: tiny sizes and possibly a debug build. It checks that every scenario runs; its numbers mean nothing.\n\n");
     }
     text.push_str(&format!(
-        "- **Command**: `{command}` ({:.1} minutes)\n- **Machine**: {}; Debian 12, etcd 3.5 with its data on /dev/shm. Everything — etcd, the shards, the router and the load — shares these cores.\n- **Date**: {date}\n- Every figure below comes from this one run; variants are measured side by side against the same etcd and data. Where a scenario repeats a measurement, it reports the median (p50) of the repeats.\n\n",
+        "- **Command**: `{command}` ({:.1} minutes)\n- **Machine**: {}; Debian 12; the store: {}, its data on /dev/shm unless a scenario says otherwise. Everything — etcd, the shards, the router and the load — shares these cores.\n- **Date**: {date}\n- Every figure below comes from this one run; variants are measured side by side against the same etcd and data. Where a scenario repeats a measurement, it reports the median (p50) of the repeats.\n\n",
         started.elapsed().as_secs_f64() / 60.0,
-        machine()
+        machine(),
+        shardplane_testkit::store_description()
     ));
     let met: Vec<&report::Target> = sections.iter().flat_map(|s| &s.targets).collect();
     text.push_str(&format!("**Targets**: {} of {} met.\n\n", met.iter().filter(|t| t.met).count(), met.len()));

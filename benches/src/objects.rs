@@ -6,16 +6,22 @@ use shardplane_apimachinery::encode::object_bytes;
 use shardplane_apimachinery::resources::{ResourceInfo, builtin_resources, find};
 use shardplane_keyspace::{ObjectKey, etcd_layout};
 
-/// The kinds of the realistic mix.
+/// The kinds the benchmarks store: the pod-heavy mix's three (`ALL`), and the small objects a
+/// node-heavy cluster churns (`SMALL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Pod,
     ConfigMap,
     Lease,
+    Event,
+    EndpointSlice,
 }
 
 impl Kind {
+    /// The realistic mix (pod-heavy): shares from `count_in`.
     pub const ALL: [Kind; 3] = [Kind::Pod, Kind::ConfigMap, Kind::Lease];
+    /// The small-object mix, a third each: node and controller Leases, Events, EndpointSlices.
+    pub const SMALL: [Kind; 3] = [Kind::Lease, Kind::Event, Kind::EndpointSlice];
 
     /// (group, version, plural).
     pub fn resource(self) -> (&'static str, &'static str, &'static str) {
@@ -23,6 +29,8 @@ impl Kind {
             Kind::Pod => ("", "v1", "pods"),
             Kind::ConfigMap => ("", "v1", "configmaps"),
             Kind::Lease => ("coordination.k8s.io", "v1", "leases"),
+            Kind::Event => ("", "v1", "events"),
+            Kind::EndpointSlice => ("discovery.k8s.io", "v1", "endpointslices"),
         }
     }
 
@@ -31,6 +39,8 @@ impl Kind {
             Kind::Pod => "Pod",
             Kind::ConfigMap => "ConfigMap",
             Kind::Lease => "Lease",
+            Kind::Event => "Event",
+            Kind::EndpointSlice => "EndpointSlice",
         }
     }
 
@@ -41,7 +51,18 @@ impl Kind {
             Kind::Pod => total * 6 / 10,
             Kind::ConfigMap => total * 3 / 10,
             Kind::Lease => total - total * 6 / 10 - total * 3 / 10,
+            Kind::Event | Kind::EndpointSlice => 0,
         }
+    }
+
+    /// The ranges of object indices for `total` objects of `mix` (`ALL` by `count_in`; any
+    /// other mix in equal shares).
+    pub fn counts(mix: &[Kind], total: usize) -> Vec<(Kind, std::ops::Range<usize>)> {
+        if mix == Kind::ALL {
+            return mix.iter().map(|&k| (k, 0..k.count_in(total))).collect();
+        }
+        let each = total / mix.len();
+        mix.iter().enumerate().map(|(i, &k)| (k, 0..if i == 0 { total - each * (mix.len() - 1) } else { each })).collect()
     }
 
     pub fn info(self) -> ResourceInfo {
@@ -53,9 +74,12 @@ impl Kind {
 /// Namespaces objects are spread over.
 pub const NAMESPACES: usize = 50;
 
-/// Object `i` of `kind`, as stored: server fields set, ~3.5 KiB for pods, ~1 KiB for
-/// ConfigMaps, ~0.4 KiB for Leases, labels varied by `i`.
-pub fn object(kind: Kind, i: usize) -> (String, Vec<u8>) {
+/// Object `i` of `kind` as its `round`-th change writes it (round 0: as created), as stored:
+/// server fields set, ~3.5 KiB for pods, ~1 KiB for ConfigMaps and EndpointSlices, ~0.4 KiB for
+/// Leases, ~0.7 KiB for Events, labels varied by `i` (`app`, on every kind, is what watch
+/// filters select on). Labels never change, so a filtered watch sees every change of an object
+/// it matches as MODIFIED.
+pub fn object_at(kind: Kind, i: usize, round: u32) -> (String, Vec<u8>) {
     let ns = format!("ns-{:02}", i % NAMESPACES);
     let app = format!("app-{}", i % 97);
     let mut obj = match kind {
@@ -70,7 +94,34 @@ pub fn object(kind: Kind, i: usize) -> (String, Vec<u8>) {
             "metadata": {"name": format!("lease-{i:07}"), "namespace": ns, "labels": {"app": app}},
             "spec": {"holderIdentity": format!("controller-{}-{:08x}", i % 13, i), "leaseDurationSeconds": 15, "acquireTime": "2026-11-30T00:00:00.000000Z", "renewTime": "2026-11-30T00:00:10.000000Z", "leaseTransitions": i % 5},
         }),
+        Kind::Event => json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": format!("pod-{i:07}.{:016x}", i * 2654435761), "namespace": ns, "labels": {"app": app}},
+            "involvedObject": {"kind": "Pod", "namespace": ns, "name": format!("pod-{i:07}"), "uid": format!("6f1c2d3e-0000-4000-8000-{i:012x}"), "apiVersion": "v1", "resourceVersion": format!("{}", 1000 + i), "fieldPath": "spec.containers{main}"},
+            "reason": "Pulled", "message": format!("Container image \"registry.example.com/{app}:1.{}.{}\" already present on machine", i % 10, i % 7),
+            "source": {"component": "kubelet", "host": format!("node-{:04}", i % 500)},
+            "firstTimestamp": "2026-11-29T10:00:02Z", "lastTimestamp": "2026-11-29T10:00:02Z", "count": 1, "type": "Normal",
+            "eventTime": null, "reportingComponent": "kubelet", "reportingInstance": format!("node-{:04}", i % 500),
+        }),
+        Kind::EndpointSlice => {
+            let endpoints: Vec<Value> = (0..3).map(|e| json!({
+                "addresses": [format!("10.244.{}.{}", (i + e) / 250 % 250, (i + e) % 250)],
+                "conditions": {"ready": true, "serving": true, "terminating": false},
+                "targetRef": {"kind": "Pod", "namespace": ns, "name": format!("{app}-{:010x}-{e}", i / 3), "uid": format!("6f1c2d3e-0000-4000-8000-{:012x}", i * 3 + e)},
+                "nodeName": format!("node-{:04}", (i + e) % 500),
+            })).collect();
+            json!({
+                "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                "metadata": {"name": format!("svc-{i:07}-{:05x}", i % 0xfffff), "namespace": ns, "labels": {"app": app, "kubernetes.io/service-name": format!("svc-{i:07}"), "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"},
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": format!("svc-{i:07}"), "uid": format!("7a2b3c4d-0000-4000-8000-{i:012x}"), "controller": true, "blockOwnerDeletion": true}]},
+                "addressType": "IPv4", "endpoints": endpoints,
+                "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
+            })
+        }
     };
+    if round > 0 {
+        obj["metadata"]["annotations"]["bench.shardplane.io/round"] = json!(round.to_string());
+    }
     shardplane_apimachinery::strategy::prepare_for_create(&kind.info(), &mut obj);
     let name = obj["metadata"]["name"].as_str().expect("name").to_owned();
     let (group, _, plural) = kind.resource();
@@ -132,6 +183,11 @@ fn pod(ns: &str, i: usize, app: &str) -> Value {
 /// transactions, `progress` called with the number of objects each batch wrote. Returns
 /// (objects, total JSON bytes) per kind.
 pub async fn load(endpoint: &str, kinds: &[(Kind, std::ops::Range<usize>)], progress: impl Fn(u64) + Send + Sync + 'static) -> std::collections::BTreeMap<Kind, (usize, u64)> {
+    put_round(endpoint, kinds, 0, progress).await
+}
+
+/// `load` of the objects as their `round`-th change writes them (`object_at`).
+pub async fn put_round(endpoint: &str, kinds: &[(Kind, std::ops::Range<usize>)], round: u32, progress: impl Fn(u64) + Send + Sync + 'static) -> std::collections::BTreeMap<Kind, (usize, u64)> {
     use etcd_client::{Client, Txn, TxnOp};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -151,7 +207,7 @@ pub async fn load(endpoint: &str, kinds: &[(Kind, std::ops::Range<usize>)], prog
                     let ops: Vec<TxnOp> = chunk
                         .iter()
                         .map(|&i| {
-                            let (key, value) = object(kind, i);
+                            let (key, value) = object_at(kind, i, round);
                             bytes.fetch_add(value.len() as u64, Ordering::Relaxed);
                             TxnOp::put(key, value, None)
                         })
@@ -177,10 +233,20 @@ mod tests {
 
     #[test]
     fn sizes_are_as_documented() {
-        let len = |k, i| object(k, i).1.len();
+        let len = |k, i| object_at(k, i, 0).1.len();
         assert!((3000..4200).contains(&len(Kind::Pod, 12345)), "{}", len(Kind::Pod, 12345));
         assert!((900..1300).contains(&len(Kind::ConfigMap, 12345)), "{}", len(Kind::ConfigMap, 12345));
         assert!((300..600).contains(&len(Kind::Lease, 12345)), "{}", len(Kind::Lease, 12345));
+        assert!((500..900).contains(&len(Kind::Event, 12345)), "{}", len(Kind::Event, 12345));
+        assert!((900..1400).contains(&len(Kind::EndpointSlice, 12345)), "{}", len(Kind::EndpointSlice, 12345));
         assert_eq!(Kind::ALL.iter().map(|k| k.count_in(1001)).sum::<usize>(), 1001);
+        for mix in [&Kind::ALL[..], &Kind::SMALL[..]] {
+            assert_eq!(Kind::counts(mix, 1001).iter().map(|(_, r)| r.len()).sum::<usize>(), 1001);
+        }
+        // A change keeps the labels (filters select on them) and changes the bytes.
+        let (a, b) = (object_at(Kind::Event, 7, 0).1, object_at(Kind::Event, 7, 3).1);
+        assert_ne!(a, b);
+        let labels = |v: &[u8]| serde_json::from_slice::<Value>(v).unwrap()["metadata"]["labels"].clone();
+        assert_eq!(labels(&a), labels(&b));
     }
 }

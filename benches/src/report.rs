@@ -100,6 +100,38 @@ pub fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// One comparison run as interleaved pairs (A, B in alternating order): each pair's ratio A / B.
+/// Its verdict is the spread's, not one number's.
+#[derive(Clone, Debug, Default)]
+pub struct Paired {
+    pub ratios: Vec<f64>,
+}
+
+impl Paired {
+    /// The median ratio.
+    pub fn median(&self) -> f64 {
+        percentile(&mut self.ratios.clone(), 0.5)
+    }
+
+    /// The lowest and highest pair's ratio.
+    pub fn spread(&self) -> (f64, f64) {
+        let lo = self.ratios.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = self.ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lo, hi)
+    }
+
+    /// `median (lowest to highest, n pairs)`, ratios as percentages.
+    pub fn describe(&self) -> String {
+        let (lo, hi) = self.spread();
+        format!("{:.0}% ({:.0}% to {:.0}%, {} pairs)", 100.0 * self.median(), 100.0 * lo, 100.0 * hi, self.ratios.len())
+    }
+
+    /// Met only when every pair meets `goal`: the spread, not the median, decides.
+    pub fn all_at_least(&self, goal: f64) -> bool {
+        !self.ratios.is_empty() && self.spread().0 >= goal
+    }
+}
+
 pub fn mib(bytes: f64) -> String {
     format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
 }

@@ -189,6 +189,7 @@ async fn metrics(State(app): State<App>) -> Response<Body> {
         shard.metrics.storage_objects.with_label_values(&[&s.info.plural.to_string()]).set(st.objects as i64);
         shard.metrics.cache_bytes.with_label_values(&[&s.info.plural.to_string()]).set(st.bytes as i64);
         shard.metrics.terminated_watchers.with_label_values(&[&s.info.plural.to_string()]).set(st.terminated_watchers as i64);
+        shard.metrics.history_events.with_label_values(&[&s.info.plural.to_string()]).set(st.history as i64);
     }
     let mut r = Response::new(Body::from(shard.metrics.render()));
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));

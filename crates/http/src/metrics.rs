@@ -54,6 +54,10 @@ pub struct Metrics {
     pub watchers: IntGaugeVec,
     /// `apiserver_terminated_watchers_total{resource}`
     pub terminated_watchers: IntGaugeVec,
+    /// `shardplane_watch_cache_history_events{resource}`: changes the watch cache keeps for
+    /// watches to resume from (bounded by count and age; no upstream name, as upstream's cache
+    /// exports only its capacity)
+    pub history_events: IntGaugeVec,
     /// `shardplane_request_panics_total`: requests whose handler panicked (each answered with a
     /// 500 Status; no upstream name, as kube-apiserver only logs them)
     pub panics: IntCounter,
@@ -84,17 +88,18 @@ impl Metrics {
         let watch_events = IntCounterVec::new(Opts::new("apiserver_watch_events_total", "Number of events sent in watch clients"), &["group", "version", "kind"]).expect("metric");
         let watchers = IntGaugeVec::new(Opts::new("apiserver_registered_watchers", "Number of currently registered watchers for a given resources"), &["group", "version", "kind"]).expect("metric");
         let terminated_watchers = IntGaugeVec::new(Opts::new("apiserver_terminated_watchers_total", "Number of watchers terminated because of being unresponsive, per resource"), &["resource"]).expect("metric");
+        let history_events = IntGaugeVec::new(Opts::new("shardplane_watch_cache_history_events", "Changes the watch cache keeps for watches to resume from, by resource."), &["resource"]).expect("metric");
         let panics = IntCounter::new("shardplane_request_panics_total", "Requests whose handler panicked; each was answered with a 500 Status.").expect("metric");
         let resident = IntGauge::new("process_resident_memory_bytes", "Resident memory size in bytes.").expect("metric");
         let heap = IntGauge::new("shardplane_heap_allocated_bytes", "Bytes allocated by the application on the heap (jemalloc stats.allocated).").expect("metric");
-        let mut all = vec![Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>, Box::new(duration.clone()), Box::new(storage_objects.clone()), Box::new(cache_bytes.clone()), Box::new(watch_events.clone()), Box::new(watchers.clone()), Box::new(terminated_watchers.clone()), Box::new(panics.clone()), Box::new(resident.clone())];
+        let mut all = vec![Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>, Box::new(duration.clone()), Box::new(storage_objects.clone()), Box::new(cache_bytes.clone()), Box::new(watch_events.clone()), Box::new(watchers.clone()), Box::new(terminated_watchers.clone()), Box::new(history_events.clone()), Box::new(panics.clone()), Box::new(resident.clone())];
         if HEAP_IS_JEMALLOC.load(Ordering::Relaxed) {
             all.push(Box::new(heap.clone()));
         }
         for m in all {
             registry.register(m).expect("register");
         }
-        Self { registry, requests, duration, storage_objects, cache_bytes, watch_events, watchers, terminated_watchers, panics, resident, heap }
+        Self { registry, requests, duration, storage_objects, cache_bytes, watch_events, watchers, terminated_watchers, history_events, panics, resident, heap }
     }
 
     /// The registry, for other parts of the process to add their metrics to.

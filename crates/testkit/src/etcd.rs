@@ -50,7 +50,19 @@ pub(crate) fn member_command(name: &str, dir: &std::path::Path, client: &str, pe
     command
 }
 
-pub(crate) fn etcd_binary() -> PathBuf {
+/// The store tests and benchmarks run on, as a report names it: etcd's own version line, or the
+/// embedded store.
+pub fn store_description() -> String {
+    if embedded_store() {
+        return "the embedded etcd-compatible store (SHARDPLANE_STORE=embedded), not etcd".into();
+    }
+    let out = std::process::Command::new(etcd_binary()).arg("--version").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    let version = out.lines().find_map(|l| l.strip_prefix("etcd Version: ")).unwrap_or("(version unknown)").trim().to_owned();
+    format!("etcd {version}")
+}
+
+/// The etcd binary: `SHARDPLANE_ETCD`, or the one install-deps.sh put under `.tools/`.
+pub fn etcd_binary() -> PathBuf {
     if let Ok(p) = std::env::var("SHARDPLANE_ETCD") {
         return p.into();
     }
