@@ -148,4 +148,16 @@ mod tests {
         assert_eq!(percentile(&mut v, 1.0), 100.0);
         assert_eq!(percentile(&mut [], 0.5), 0.0);
     }
+
+    #[test]
+    fn a_paired_target_is_met_only_when_every_pair_meets_it() {
+        let p = Paired { ratios: vec![0.85, 0.79, 0.9, 0.95, 0.88] };
+        assert_eq!(p.median(), 0.88);
+        assert_eq!(p.spread(), (0.79, 0.95));
+        // The median meets 0.8; one pair does not, so the target is not met.
+        assert!(!p.all_at_least(0.8));
+        assert!(p.all_at_least(0.79));
+        assert_eq!(p.describe(), "88% (79% to 95%, 5 pairs)");
+        assert!(!Paired::default().all_at_least(0.0), "no pairs meet nothing");
+    }
 }
