@@ -3,7 +3,8 @@
 //! delete) with a watch open on what they write, at the same concurrency: interleaved pairs on
 //! tmpfs (CPU-bound, every process on the same cores), with etcd's data on this machine's disk,
 //! and on that disk throttled to a slow production volume's pace (fsync-bound), with CPU per
-//! write in every process and etcd's own WAL sync figures (RFC 0017).
+//! write in every process and etcd's own WAL sync figures. With `--compare-router`, this build's
+//! router also runs against another build's, each on a setup of its own (RFC 0017).
 
 use crate::Ctx;
 use crate::cluster::{Topology, cpu_seconds, http};
