@@ -207,14 +207,21 @@ pub fn http() -> reqwest::Client {
 
 /// A shard's metrics: name{labels} -> value, for the series the benchmarks read.
 pub async fn metrics(url: &str) -> HashMap<String, f64> {
-    let text = http().get(format!("{url}/metrics")).send().await.expect("metrics").text().await.expect("metrics body");
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_owned(), v.parse().ok()?))
-        })
-        .collect()
+    try_metrics(url).await.expect("metrics")
+}
+
+/// The same, or None when `url` serves no metrics (the embedded store's endpoint).
+pub async fn try_metrics(url: &str) -> Option<HashMap<String, f64>> {
+    let text = http().get(format!("{url}/metrics")).send().await.ok()?.error_for_status().ok()?.text().await.ok()?;
+    Some(
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                Some((k.to_owned(), v.parse().ok()?))
+            })
+            .collect(),
+    )
 }
 
 /// Sum of a metric's series whose name (with labels) starts with `prefix`.

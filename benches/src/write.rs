@@ -70,9 +70,9 @@ enum Disk {
 }
 
 /// Write operations a second the throttled disk allows. A WAL sync here is a few device writes
-/// (the data, ext4's journal), so this gives syncs of about 5 ms, the slow end of the disks
-/// etcd's hardware guidance accepts (a WAL sync under 10 ms at the 99th percentile); the
-/// report prints what they took.
+/// (the data, ext4's journal), so this gave syncs of 8.7–8.8 ms on average in the runs RFC 0017
+/// reports: the slow end of the disks etcd's hardware guidance accepts (a WAL sync under 10 ms
+/// at the 99th percentile). The report prints what they took in its own run.
 const SLOW_DISK_IOPS: u32 = 400;
 
 impl Disk {
@@ -170,9 +170,8 @@ impl Setup {
 /// etcd's WAL syncs so far: (count, seconds), from its `etcd_disk_wal_fsync_duration_seconds`
 /// histogram; None when the store does not export it (the embedded store).
 async fn wal_syncs(endpoint: &str) -> Option<(f64, f64)> {
-    let text = http().get(format!("{endpoint}/metrics")).send().await.ok()?.text().await.ok()?;
-    let value = |name: &str| text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok());
-    Some((value("etcd_disk_wal_fsync_duration_seconds_count")?, value("etcd_disk_wal_fsync_duration_seconds_sum")?))
+    let m = crate::cluster::try_metrics(endpoint).await?;
+    Some((*m.get("etcd_disk_wal_fsync_duration_seconds_count")?, *m.get("etcd_disk_wal_fsync_duration_seconds_sum")?))
 }
 
 /// The keys the etcd arm writes: beside the registry, so that no shard follows them.
@@ -208,26 +207,19 @@ async fn etcd_round(client: &etcd_client::Client, setup: &Setup, n: usize) -> [f
         }
     })
     .await;
-    let update = rate(n, |i| {
-        let mut kv = client.kv_client();
+    // Update and delete: compare-and-swap on the revision the key was last written at.
+    let cas = |i: usize, then: TxnOp| {
         let expected = revisions[i].load(Ordering::Relaxed) as i64;
-        let txn = Txn::new().when([Compare::mod_revision(baseline_key(i), CompareOp::Equal, expected)]).and_then([TxnOp::put(baseline_key(i), stored(i, 1), None)]).or_else([TxnOp::get(baseline_key(i), None)]);
+        let txn = Txn::new().when([Compare::mod_revision(baseline_key(i), CompareOp::Equal, expected)]).and_then([then]).or_else([TxnOp::get(baseline_key(i), None)]);
+        let mut kv = client.kv_client();
         async move {
-            let r = kv.txn(txn).await.expect("update");
-            assert!(r.succeeded(), "compare-and-swap update of {i}");
+            let r = kv.txn(txn).await.expect("compare-and-swap");
+            assert!(r.succeeded(), "compare-and-swap of {i}");
             revisions[i].store(r.header().expect("header").revision() as u64, Ordering::Relaxed);
         }
-    })
-    .await;
-    let delete = rate(n, |i| {
-        let mut kv = client.kv_client();
-        let expected = revisions[i].load(Ordering::Relaxed) as i64;
-        let txn = Txn::new().when([Compare::mod_revision(baseline_key(i), CompareOp::Equal, expected)]).and_then([TxnOp::delete(baseline_key(i), None)]).or_else([TxnOp::get(baseline_key(i), None)]);
-        async move {
-            assert!(kv.txn(txn).await.expect("delete").succeeded(), "compare-and-swap delete of {i}");
-        }
-    })
-    .await;
+    };
+    let update = rate(n, |i| cas(i, TxnOp::put(baseline_key(i), stored(i, 1), None))).await;
+    let delete = rate(n, |i| cas(i, TxnOp::delete(baseline_key(i), None))).await;
     [create, update, delete]
 }
 
@@ -390,7 +382,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     let mut s = Section::new("write");
     s.line(format!(
         "ConfigMaps (~1 KiB) created, updated (PUT of the whole object) and deleted through the router over {k} shards, {CONCURRENCY} requests in flight, against etcd running **the same transactions** at the same concurrency: create-if-absent carrying the compare on the namespace's revision, compare-and-swap update and delete on each key's revision, with one watch open on the keys written (each write through the router is sent to the one shard whose range holds it). \
-         The two arms run as interleaved pairs, in alternating order (router then etcd, then etcd then router, …), after one warm-up pair, with the router's topology up in both; each pair gives one ratio, and a target is met only when every pair meets it. Three times: etcd on tmpfs, where nothing waits on a disk and every process shares the same 2 cores, so each path's rate is set by the CPU it spends; etcd with its data on this machine's disk, each commit synced; and the same disk throttled to {SLOW_DISK_IOPS} write operations a second for etcd (a WAL sync is a few of them: about 5 ms, the slow end of what etcd's hardware guidance accepts), so that etcd's commits wait on the disk as on a production volume. etcd's own WAL sync figures (from its metrics) say how long each variant's syncs took.\n"
+         The two arms run as interleaved pairs, in alternating order (router then etcd, then etcd then router, …), after one warm-up pair, with the router's topology up in both; each pair gives one ratio, and a target is met only when every pair meets it. Three times: etcd on tmpfs, where nothing waits on a disk and every process shares the same 2 cores, so each path's rate is set by the CPU it spends; etcd with its data on this machine's disk, each commit synced; and the same disk throttled to {SLOW_DISK_IOPS} write operations a second for etcd (a WAL sync is a few of them, so syncs take several milliseconds, the slow end of what etcd's hardware guidance accepts; the figures below say how long), so that etcd's commits wait on the disk as on a production volume. etcd's own WAL sync figures (from its metrics) say how long each variant's syncs took.\n"
     ));
     for v in &variants {
         let label = v.disk.label();

@@ -62,7 +62,7 @@ pub fn store_description() -> String {
 }
 
 /// The etcd binary: `SHARDPLANE_ETCD`, or the one install-deps.sh put under `.tools/`.
-pub fn etcd_binary() -> PathBuf {
+pub(crate) fn etcd_binary() -> PathBuf {
     if let Ok(p) = std::env::var("SHARDPLANE_ETCD") {
         return p.into();
     }
