@@ -107,8 +107,11 @@ def test_observe_status_updated(api_client, core, ns):
     """DisruptionController should observe PodDisruptionBudget status updated"""
     policy(api_client).create_namespaced_pod_disruption_budget(ns, budget(min_available=1))
     ready_pods(core, ns, 3)
-    pdb = processed(api_client, ns, check=lambda b: b.status.disruptions_allowed > 0)
-    assert (pdb.status.current_healthy, pdb.status.desired_healthy, pdb.status.expected_pods) == (3, 1, 3)
+    # Upstream waits for disruptionsAllowed to turn positive: it starts at 0, so a positive value
+    # means the controller is working. That already holds once two of the three pods are counted
+    # healthy, so the wait also covers the third pod's status write before the counts are compared.
+    pdb = processed(api_client, ns, check=lambda b: b.status.disruptions_allowed > 0 and b.status.current_healthy == 3)
+    assert (pdb.status.current_healthy, pdb.status.desired_healthy, pdb.status.expected_pods, pdb.status.disruptions_allowed) == (3, 1, 3, 2)
 
 
 def test_update_and_patch_status(api_client, core, ns):
