@@ -39,18 +39,33 @@ use tracing::Instrument;
 /// How many objects a page of the owners' cross-shard read holds.
 const PAGE: i64 = 500;
 
-/// Runs passes every `period` until shutdown.
+/// After a pass, the collector rests at least this many times as long as the pass took, so it
+/// is busy at most a tenth of the time however many objects the shard holds (RFC 0014): a pass
+/// over a large cache reads the store once per distinct owner, and unpaced it would keep the
+/// store busy without end.
+const REST_PER_PASS: u32 = 9;
+
+/// Objects a pass looks at between two yields to the runtime.
+const YIELD_EVERY: usize = 64;
+
+/// The rest before the next pass: `period`, or [`REST_PER_PASS`] times the pass, if longer.
+fn rest_after(pass: Duration, period: Duration) -> Duration {
+    period.max(pass.saturating_mul(REST_PER_PASS))
+}
+
+/// Runs passes every `period` (or less often: [`rest_after`]) until shutdown.
 pub async fn run(shard: Arc<Shard>, period: Duration) {
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut rest = period;
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep(rest) => {}
             _ = shard.shutdown.cancelled() => return,
         }
+        rest = period;
         if !shard.ready() {
             continue;
         }
+        let began = std::time::Instant::now();
         let span = tracing::debug_span!("garbage_collection", shard = %shard.id);
         async {
             if let Err(e) = collect_dependents(&shard).await {
@@ -62,6 +77,7 @@ pub async fn run(shard: Arc<Shard>, period: Duration) {
         }
         .instrument(span)
         .await;
+        rest = rest_after(began.elapsed(), period);
     }
 }
 
@@ -139,7 +155,12 @@ async fn collect_dependents(shard: &Shard) -> Result<(), String> {
     let mut states: BTreeMap<(String, OwnerRef), OwnerState> = BTreeMap::new();
     for served in shard.all_served() {
         let Ok(page) = served.cache.list(None, &Filter::default(), None, None, false) else { continue };
-        for cached in page.items {
+        for (i, cached) in page.items.into_iter().enumerate() {
+            // Owners already classified cost no await, so a pass over a large cache would
+            // otherwise hold its worker thread for as long as it parses every object.
+            if i % YIELD_EVERY == YIELD_EVERY - 1 {
+                tokio::task::yield_now().await;
+            }
             if memchr::memmem::find(&cached.bytes, b"\"ownerReferences\"").is_none() {
                 continue;
             }
@@ -417,5 +438,25 @@ async fn dependent_of_pending(shard: &Shard, info: &ResourceInfo, kv: &Kv, pendi
     };
     if let Err(e) = result {
         tracing::debug!(resource = %info.plural, error = %e, "dependent of an owner being deleted not handled this pass");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_pass_is_followed_by_a_rest_nine_times_as_long() {
+        let period = Duration::from_secs(1);
+        // Short passes keep the period.
+        assert_eq!(rest_after(Duration::from_millis(5), period), period);
+        assert_eq!(rest_after(Duration::from_millis(111), period), period);
+        // A long pass: busy at most a tenth of the time.
+        let pass = Duration::from_secs(20);
+        let rest = rest_after(pass, period);
+        assert_eq!(rest, Duration::from_secs(180));
+        assert!(pass.as_secs_f64() / (pass + rest).as_secs_f64() <= 0.1);
+        // No overflow at the edge.
+        assert_eq!(rest_after(Duration::MAX, period), Duration::MAX);
     }
 }
