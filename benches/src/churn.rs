@@ -150,8 +150,8 @@ pub async fn run(ctx: &Ctx) -> Section {
 
     let mut s = Section::new("churn");
     s.line(format!("{total} AgentSessions (the custom resource of `deploy/examples/agent-sessions/`) at {per_second}/s ({} per minute) for {seconds} s, each created, suspended, resumed and deleted through the router over {k} shards, while {WATCHERS} watchers follow the namespace through the router.\n", per_second * 60));
-    let rows: Vec<Vec<String>> = STEPS.iter().zip(lat.iter_mut()).map(|(step, v)| vec![(*step).to_owned(), format!("{:.1}", percentile(v, 0.5)), format!("{:.1}", percentile(v, 0.99))]).collect();
-    s.table(&["transition", "p50 ms", "p99 ms"], &rows);
+    let rows: Vec<Vec<String>> = STEPS.iter().zip(lat.iter_mut()).map(|(step, v)| vec![(*step).to_owned(), v.len().to_string(), format!("{:.1}", percentile(v, 0.5)), format!("{:.1}", percentile(v, 0.99))]).collect();
+    s.table(&["transition", "samples", "p50 ms", "p99 ms"], &rows);
     let writes: u64 = mix.values().sum();
     s.line(format!("etcd writes during the run (a raw watch on every key): {}.\n", mix.iter().map(|(k, v)| format!("{k} {v} ({:.0}%)", 100.0 * *v as f64 / writes.max(1) as f64)).collect::<Vec<_>>().join(", ")));
     s.line(format!("CPU (cores busy, user + system): shards {}; router {router_cpu:.2}. {complete}/{WATCHERS} watchers saw all {want} events.\n", cpu.iter().map(|c| format!("{c:.2}")).collect::<Vec<_>>().join(", ")));

@@ -156,7 +156,7 @@ impl Topology {
 /// baseline a router is measured against. It owns exactly what it caches whatever range map the
 /// topologies on the same etcd publish. Stops when dropped (its stdin pipe closes).
 pub struct StandaloneShard {
-    _child: Child,
+    child: Child,
     pub url: String,
 }
 
@@ -184,12 +184,17 @@ impl StandaloneShard {
         .await
         .expect("the standalone shard listens within 60 s");
         wait_ready(&url, Instant::now() + Duration::from_secs(900)).await;
-        Self { _child: child, url }
+        Self { child, url }
+    }
+
+    /// The shard process's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id().unwrap_or(0)
     }
 }
 
 /// Waits until the shard at `url` says its caches have loaded (`/readyz`), failing past `deadline`.
-async fn wait_ready(url: &str, deadline: Instant) {
+pub async fn wait_ready(url: &str, deadline: Instant) {
     while !http().get(format!("{url}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
         assert!(Instant::now() < deadline, "shard {url} not ready in time");
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -2,7 +2,8 @@
 //! machine, written to `benches/RESULTS.md` with plots under `benches/plots/`.
 //!
 //! `cargo run --release -p shardplane-benches -- all` (or one scenario: `memory-per-shard`,
-//! `memory-under-churn`, `list`, `watch`, `write`, `churn`, `move`, `store`) starts etcd on tmpfs, builds and starts `shard-router`
+//! `memory-under-churn`, `list`, `watch`, `write`, `churn`, `move`, `store`, `access`, `apf`,
+//! `growth`, `cluster`) starts etcd on tmpfs, builds and starts `shard-router`
 //! (which starts the shard processes), loads realistic objects and measures. `--smoke` runs
 //! every scenario at tiny sizes (CI runs it in a debug build so the benchmarks never rot; its
 //! report goes to `target/bench-smoke/` and says that its numbers mean nothing).
@@ -11,6 +12,7 @@ mod access;
 mod apf;
 mod churn;
 mod cluster;
+mod growth;
 mod list;
 mod memory;
 mod memory_churn;
@@ -32,7 +34,7 @@ use std::time::Instant;
 #[derive(Parser, Debug)]
 #[command(name = "bench")]
 struct Args {
-    /// `all`, or one of: memory-per-shard, memory-under-churn, list, watch, write, churn, move, store, access, apf,
+    /// `all`, or one of: memory-per-shard, memory-under-churn, list, watch, write, churn, move, store, access, apf, growth,
     /// cluster (the node axis: `--objects` is then the ladder of node counts); or `serve`, which loads
     /// `--objects` pods (default 100000), starts `--shards` K behind a router, prints their
     /// URLs and pids and waits for Ctrl-C: a system to profile or try by hand.
@@ -67,7 +69,7 @@ struct Args {
     compare_router: Option<PathBuf>,
 }
 
-const SCENARIOS: [&str; 11] = ["memory-per-shard", "memory-under-churn", "list", "watch", "write", "churn", "move", "store", "access", "apf", "cluster"];
+const SCENARIOS: [&str; 12] = ["memory-per-shard", "memory-under-churn", "list", "watch", "write", "churn", "move", "store", "access", "apf", "growth", "cluster"];
 
 /// What every scenario gets.
 pub struct Ctx {
@@ -232,6 +234,9 @@ async fn main() {
     }
     if want("apf") {
         sections.push(apf::run(&ctx).await);
+    }
+    if want("growth") {
+        sections.push(growth::run(&ctx).await);
     }
     if want("cluster") {
         sections.push(node_axis::run(&ctx).await);

@@ -112,8 +112,8 @@ pub fn object_at(kind: Kind, i: usize, round: u32) -> (String, Vec<u8>) {
             })).collect();
             json!({
                 "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                "metadata": {"name": format!("svc-{i:07}-{:05x}", i % 0xfffff), "namespace": ns, "labels": {"app": app, "kubernetes.io/service-name": format!("svc-{i:07}"), "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"},
-                    "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": format!("svc-{i:07}"), "uid": format!("7a2b3c4d-0000-4000-8000-{i:012x}"), "controller": true, "blockOwnerDeletion": true}]},
+                "metadata": {"name": format!("svc-{i:07}-{:05x}", i % 0xfffff), "namespace": ns, "labels": {"app": app, "kubernetes.io/service-name": format!("{app}-{:04}", i % OWNERS), "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"},
+                    "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": format!("{app}-{:04}", i % OWNERS), "uid": owner_uid(Owner::Service, i % OWNERS), "controller": true, "blockOwnerDeletion": true}]},
                 "addressType": "IPv4", "endpoints": endpoints,
                 "ports": [{"name": "http", "protocol": "TCP", "port": 8080}],
             })
@@ -135,15 +135,16 @@ const CONDITIONS: [&str; 5] = ["PodReadyToStartContainers", "Initialized", "Read
 
 fn pod(ns: &str, i: usize, app: &str) -> Value {
     let conditions: Vec<Value> = CONDITIONS.iter().map(|t| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": "2026-11-29T10:00:05Z"})).collect();
-    let rs = format!("{app}-{:010x}", i / 3);
+    let owner = i % OWNERS;
+    let rs = format!("{app}-{owner:010x}");
     let env: Vec<Value> = (0..6).map(|e| json!({"name": format!("SETTING_{e}"), "value": format!("value-{i}-{e}")})).collect();
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {
             "name": format!("{rs}-{:05x}", i % 0xfffff), "namespace": ns,
-            "labels": {"app": app, "pod-template-hash": format!("{:010x}", i / 3), "version": format!("v{}", i % 4), "team": TEAMS[i % 4]},
+            "labels": {"app": app, "pod-template-hash": format!("{owner:010x}"), "version": format!("v{}", i % 4), "team": TEAMS[i % 4]},
             "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-29T10:00:00Z"},
-            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": format!("6f1c2d3e-0000-4000-8000-{i:012x}"), "controller": true, "blockOwnerDeletion": true}],
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs, "uid": owner_uid(Owner::ReplicaSet, owner), "controller": true, "blockOwnerDeletion": true}],
         },
         "spec": {
             "containers": [{
@@ -179,10 +180,78 @@ fn pod(ns: &str, i: usize, app: &str) -> Value {
     })
 }
 
+/// Distinct owners of the pods (ReplicaSets) and of the EndpointSlices (Services): object `i`
+/// belongs to owner `i % OWNERS`, which is in its namespace and of its app (`i % 50` and
+/// `i % 97` both follow from `i % 4850`), so every owner a loaded object names exists — as in a
+/// live cluster, where the garbage collector (RFC 0014) would otherwise delete the object.
+pub const OWNERS: usize = NAMESPACES * 97;
+
+/// The kinds of owner the loaded objects name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    ReplicaSet,
+    Service,
+}
+
+fn owner_uid(kind: Owner, j: usize) -> String {
+    match kind {
+        Owner::ReplicaSet => format!("6f1c2d3e-0000-4000-8000-{j:012x}"),
+        Owner::Service => format!("7a2b3c4d-0000-4000-8000-{j:012x}"),
+    }
+}
+
+/// Owner `j` of `kind`, as stored: (etcd key, bytes).
+pub fn owner_at(kind: Owner, j: usize) -> (String, Vec<u8>) {
+    let ns = format!("ns-{:02}", j % NAMESPACES);
+    let app = format!("app-{}", j % 97);
+    let (group, plural, mut obj) = match kind {
+        Owner::ReplicaSet => ("apps", "replicasets", json!({
+            "apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "metadata": {"name": format!("{app}-{j:010x}"), "namespace": ns, "uid": owner_uid(kind, j), "labels": {"app": app, "pod-template-hash": format!("{j:010x}")}},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app, "pod-template-hash": format!("{j:010x}")}},
+                "template": {"metadata": {"labels": {"app": app, "pod-template-hash": format!("{j:010x}")}}, "spec": {"containers": [{"name": "main", "image": format!("registry.example.com/{app}:1.0.0")}]}}},
+        })),
+        Owner::Service => ("", "services", json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": format!("{app}-{j:04}"), "namespace": ns, "uid": owner_uid(kind, j), "labels": {"app": app}},
+            "spec": {"selector": {"app": app}, "ports": [{"name": "http", "protocol": "TCP", "port": 8080, "targetPort": 8080}], "clusterIP": format!("10.96.{}.{}", j / 250, j % 250), "type": "ClusterIP"},
+        })),
+    };
+    let info = find(&builtin_resources(), group, "v1", plural).expect("served kind").clone();
+    let uid = obj["metadata"]["uid"].clone();
+    shardplane_apimachinery::strategy::prepare_for_create(&info, &mut obj);
+    // The uid the dependents name, not a fresh one.
+    obj["metadata"]["uid"] = uid;
+    let name = obj["metadata"]["name"].as_str().expect("name").to_owned();
+    (etcd_layout::object_key(&ObjectKey::new(group, plural, &ns, &name)), object_bytes(&obj))
+}
+
+/// The owners the objects `kinds` name (ReplicaSets for Pods, Services for EndpointSlices),
+/// each once: at most [`OWNERS`] of each.
+fn owners_of(kinds: &[(Kind, std::ops::Range<usize>)]) -> Vec<(Owner, usize)> {
+    let mut out = Vec::new();
+    for (owner, of) in [(Owner::ReplicaSet, Kind::Pod), (Owner::Service, Kind::EndpointSlice)] {
+        let most = kinds.iter().filter(|(k, _)| *k == of).map(|(_, r)| r.end).max().unwrap_or(0);
+        out.extend((0..most.min(OWNERS)).map(|j| (owner, j)));
+    }
+    out
+}
+
 /// Writes every object of `kinds` (the first `count(kind)` of each) to etcd in batched
-/// transactions, `progress` called with the number of objects each batch wrote. Returns
+/// transactions, after the owners they name (at most [`OWNERS`] of each owner kind, not counted
+/// in the result), `progress` called with the number of objects each batch wrote. Returns
 /// (objects, total JSON bytes) per kind.
 pub async fn load(endpoint: &str, kinds: &[(Kind, std::ops::Range<usize>)], progress: impl Fn(u64) + Send + Sync + 'static) -> std::collections::BTreeMap<Kind, (usize, u64)> {
+    // Their owners first, so that no object is ever seen without its owner.
+    let owners = owners_of(kinds);
+    let mut client = etcd_client::Client::connect([endpoint], None).await.expect("etcd");
+    for chunk in owners.chunks(64) {
+        let ops: Vec<etcd_client::TxnOp> = chunk.iter().map(|&(kind, j)| {
+            let (key, value) = owner_at(kind, j);
+            etcd_client::TxnOp::put(key, value, None)
+        }).collect();
+        client.txn(etcd_client::Txn::new().and_then(ops)).await.expect("etcd txn");
+    }
     put_round(endpoint, kinds, 0, progress).await
 }
 
@@ -248,5 +317,22 @@ mod tests {
         assert_ne!(a, b);
         let labels = |v: &[u8]| serde_json::from_slice::<Value>(v).unwrap()["metadata"]["labels"].clone();
         assert_eq!(labels(&a), labels(&b));
+    }
+
+    #[test]
+    fn every_owner_an_object_names_is_loaded_with_it() {
+        let meta = |v: &[u8]| serde_json::from_slice::<Value>(v).unwrap()["metadata"].clone();
+        for (kind, owner) in [(Kind::Pod, Owner::ReplicaSet), (Kind::EndpointSlice, Owner::Service)] {
+            let loaded = owners_of(&[(kind, 0..20_000)]);
+            assert_eq!(loaded.iter().filter(|(o, _)| *o == owner).count(), OWNERS);
+            for i in [0, 1, 4849, 4850, 12_345, 19_999] {
+                let m = meta(&object_at(kind, i, 0).1);
+                let r = &m["ownerReferences"][0];
+                let o = meta(&owner_at(owner, i % OWNERS).1);
+                assert_eq!((&r["name"], &r["uid"], &m["namespace"]), (&o["name"], &o["uid"], &o["namespace"]), "{kind:?} {i}");
+            }
+        }
+        // Fewer objects than owners: only the owners they name.
+        assert_eq!(owners_of(&[(Kind::Pod, 0..10), (Kind::Lease, 0..10)]).len(), 10);
     }
 }

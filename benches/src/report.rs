@@ -126,9 +126,20 @@ impl Paired {
         format!("{:.0}% ({:.0}% to {:.0}%, {} pairs)", 100.0 * self.median(), 100.0 * lo, 100.0 * hi, self.ratios.len())
     }
 
+    /// `median× (lowest× to highest×, n pairs)`: for ratios that are multiples, not shares.
+    pub fn describe_times(&self) -> String {
+        let (lo, hi) = self.spread();
+        format!("{:.2}× ({lo:.2}× to {hi:.2}×, {} pairs)", self.median(), self.ratios.len())
+    }
+
     /// Met only when every pair meets `goal`: the spread, not the median, decides.
     pub fn all_at_least(&self, goal: f64) -> bool {
         !self.ratios.is_empty() && self.spread().0 >= goal
+    }
+
+    /// Met only when no pair exceeds `goal` (for ratios where lower is better).
+    pub fn all_at_most(&self, goal: f64) -> bool {
+        !self.ratios.is_empty() && self.spread().1 <= goal
     }
 }
 
@@ -159,5 +170,10 @@ mod tests {
         assert!(p.all_at_least(0.79));
         assert_eq!(p.describe(), "88% (79% to 95%, 5 pairs)");
         assert!(!Paired::default().all_at_least(0.0), "no pairs meet nothing");
+        // Lower is better: one pair above the goal decides.
+        assert!(!p.all_at_most(0.9));
+        assert!(p.all_at_most(0.95));
+        assert!(!Paired::default().all_at_most(f64::INFINITY));
+        assert_eq!(p.describe_times(), "0.88× (0.79× to 0.95×, 5 pairs)");
     }
 }

@@ -8,7 +8,7 @@
 
 use crate::Ctx;
 use crate::cluster::{Topology, cpu_seconds, http, rss_bytes};
-use crate::report::{Section, mib, percentile};
+use crate::report::{Paired, Section, mib, percentile};
 use crate::write::{CONCURRENCY, rate, router_round};
 use serde_json::json;
 use std::path::PathBuf;
@@ -175,7 +175,7 @@ struct Figures {
 
 pub async fn run(ctx: &Ctx) -> Section {
     let n = if ctx.smoke { 200 } else { 5_000 };
-    let rounds = if ctx.smoke { 1 } else { 3 };
+    let rounds = if ctx.smoke { 2 } else { 5 };
     let keys = if ctx.smoke { 1_000 } else { 50_000 };
     let k = 2;
     let c = http();
@@ -191,7 +191,10 @@ pub async fn run(ctx: &Ctx) -> Section {
     }
     let bar = ctx.bar((rounds * backends.len()) as u64, "store: rounds on etcd and on the embedded store");
     for round in 0..rounds {
-        for (s, f) in systems.iter().zip(&mut figures) {
+        // etcd first in even rounds, the embedded store first in odd ones.
+        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            let (s, f) = (&systems[i], &mut figures[i]);
             let client = etcd_client::Client::connect([s.endpoint.as_str()], None).await.expect("store client");
             let cpu = cpu_seconds(s.store_pid());
             f.puts.push(put_rate(&client, "/bench-store/puts/", n, round).await);
@@ -221,11 +224,13 @@ pub async fn run(ctx: &Ctx) -> Section {
     let med = |v: &[f64]| percentile(&mut v.to_vec(), 0.5);
     let mut sec = Section::new("embedded store vs etcd");
     sec.line(format!(
-        "The router's embedded store (RFC 0007, `cargo run --bin shard-router` with no `--etcd-endpoints`) against etcd 3.5, both with their data on /dev/shm, alternating round by round ({rounds} rounds, median). \
+        "The router's embedded store (RFC 0007, `cargo run --bin shard-router` with no `--etcd-endpoints`) against etcd 3.5, both with their data on /dev/shm, alternating round by round ({rounds} rounds, etcd first in one round and the embedded store first in the next; each backend's figure is its median round, each ratio the median of the rounds' ratios with the lowest and highest). \
          Straight on the store: {n} puts of ~1 KiB at {CONCURRENCY} in flight, then {WATCHERS} prefix watches during {n} more puts (events delivered per second, all watchers together, from the first put to the last watcher's last event). \
          Through the router over {k} shards: {n} ConfigMaps (~1 KiB) created, updated and deleted at {CONCURRENCY} in flight, then {WATCHERS} HTTP watches of the namespace during {n} creates (measured the same way). \
          With etcd, the store is another process; the embedded store runs inside the router process, so on this 2-core machine it shares the router's CPU.\n"
     ));
+    // Each round's embedded / etcd ratio of one measure.
+    let paired = |get: fn(&Figures) -> &Vec<f64>| Paired { ratios: get(&figures[1]).iter().zip(get(&figures[0])).map(|(m, e)| m / e).collect() };
     let rows: Vec<(&str, fn(&Figures) -> &Vec<f64>)> = vec![
         ("puts/s on the store", |f| &f.puts),
         ("watch events/s on the store", |f| &f.raw_watch),
@@ -238,10 +243,10 @@ pub async fn run(ctx: &Ctx) -> Section {
         .iter()
         .map(|(what, get)| {
             let (e, m) = (med(get(&figures[0])), med(get(&figures[1])));
-            vec![(*what).to_owned(), format!("{e:.0}"), format!("{m:.0}"), format!("{:.2}×", m / e)]
+            vec![(*what).to_owned(), format!("{e:.0}"), format!("{m:.0}"), paired(*get).describe_times()]
         })
         .collect();
-    sec.table(&["measure", backends[0].name(), backends[1].name(), "embedded / etcd"], &table);
+    sec.table(&["measure", backends[0].name(), backends[1].name(), "embedded / etcd: median of the rounds' ratios (lowest to highest)"], &table);
     sec.line(format!(
         "CPU of the store's process per 1,000 puts (user + system): etcd {:.2} s, embedded store (the router process) {:.2} s.\n",
         med(&figures[0].put_cpu),
@@ -257,17 +262,22 @@ pub async fn run(ctx: &Ctx) -> Section {
         mib(etcd.rss.1),
         mib(etcd.rss.0),
     ));
-    let (puts, creates, watch) = (med(&embedded.puts) / med(&etcd.puts), med(&embedded.creates) / med(&etcd.creates), med(&embedded.router_watch) / med(&etcd.router_watch));
+    let (puts, creates, watch) = (paired(|f| &f.puts), paired(|f| &f.creates), paired(|f| &f.router_watch));
     sec.line(format!(
-        "Straight on the store, the embedded store takes {puts:.2}× etcd's puts per second: each write is its own redb transaction, committed before it is acknowledged and while it holds the store's lock, where etcd commits its backend in batches (every 100 ms or 10,000 writes) behind a write-ahead log. Through the router, where each write also costs HTTP, JSON and the shards' work, that difference is {creates:.2}× on creates. The targets are on the path users take: the router.\n"
+        "Straight on the store, the embedded store takes {:.2}× etcd's puts per second: each write is its own redb transaction, committed before it is acknowledged and while it holds the store's lock, where etcd commits its backend in batches (every 100 ms or 10,000 writes) behind a write-ahead log. Through the router, where each write also costs HTTP, JSON and the shards' work, that difference is {:.2}× on creates. The targets are on the path users take: the router; each is met only when every round meets it.\n",
+        puts.median(),
+        creates.median()
     ));
-    if watch < 0.8 {
+    if !watch.all_at_least(0.8) {
+        let raw_watch = paired(|f| &f.raw_watch).median();
         sec.line(format!(
-            "**Why the watch target is missed** ({watch:.2}×). The embedded store runs inside the router process: every event it sends to the shards' watches is encoded and written by the same process that then merges the shards' streams and writes each event to every client watch, so on this machine the store's dispatch and the router's fan-out take turns on the same threads, where etcd's dispatch is a process of its own (though on the same 2 cores). Straight on the store, its watch delivery is {raw_watch:.2}× etcd's, so the store's dispatch itself is not slower; serving the store from its own process (`--store-listen` is the first half of that) would give the router its threads back.\n",
-            raw_watch = med(&embedded.raw_watch) / med(&etcd.raw_watch)
+            "**Why the watch target is missed** ({}). The embedded store runs inside the router process: every event it sends to the shards' watches is encoded and written by the same process that then merges the shards' streams and writes each event to every client watch, so on this machine the store's dispatch and the router's fan-out take turns on the same threads, where etcd's dispatch is a process of its own (though on the same 2 cores). Straight on the store, its watch delivery is {raw_watch:.2}× etcd's{}; serving the store from its own process (`--store-listen` is the first half of that) would give the router its threads back.\n",
+            watch.describe_times(),
+            if raw_watch >= 0.8 { ", so the store's dispatch itself is not what falls short" } else { ", so the store's own dispatch falls short as well" },
+            raw_watch = raw_watch
         ));
     }
-    sec.target("creates/s through the router, embedded store vs etcd", format!("{creates:.2}×"), "≥ 0.8×", creates >= 0.8);
-    sec.target("watch events/s through the router, embedded store vs etcd", format!("{watch:.2}×"), "≥ 0.8×", watch >= 0.8);
+    sec.target("creates/s through the router, embedded store vs etcd", creates.describe_times(), "≥ 0.8× in every round", creates.all_at_least(0.8));
+    sec.target("watch events/s through the router, embedded store vs etcd", watch.describe_times(), "≥ 0.8× in every round", watch.all_at_least(0.8));
     sec
 }
