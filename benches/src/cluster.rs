@@ -193,6 +193,16 @@ impl StandaloneShard {
     }
 }
 
+/// Waits until `k` shards have registered as members with their ranges loaded (a coordinator
+/// moves ranges only between such shards), failing past `within`.
+pub async fn wait_members_loaded(storage: &shardplane_storage::Storage, k: usize, within: Duration) {
+    let deadline = Instant::now() + within;
+    while storage.members().await.expect("members").shards.iter().filter(|m| !m.loaded.is_empty()).count() < k {
+        assert!(Instant::now() < deadline, "{k} shards did not register with their ranges loaded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Waits until the shard at `url` says its caches have loaded (`/readyz`), failing past `deadline`.
 pub async fn wait_ready(url: &str, deadline: Instant) {
     while !http().get(format!("{url}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {

@@ -55,9 +55,9 @@ async fn objects_per_shard(t: &Topology) -> Vec<f64> {
 }
 
 /// Kills shard `i` of `t` with SIGKILL; the router starts its successor on the same ranges and
-/// publishes the new address in the range map. Returns the time from the kill to the successor
-/// answering `/readyz`, and the successor's URL.
-async fn restart_to_ready(t: &Topology, storage: &Storage, i: usize) -> (f64, String) {
+/// publishes the new address in the range map. Returns the seconds from the kill to the
+/// successor answering `/readyz`.
+async fn restart_to_ready(t: &Topology, storage: &Storage, i: usize) -> f64 {
     let old = t.shards[i].url.clone();
     let id = format!("shard-{i}");
     let started = Instant::now();
@@ -73,7 +73,7 @@ async fn restart_to_ready(t: &Topology, storage: &Storage, i: usize) -> (f64, St
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     crate::cluster::wait_ready(&url, deadline).await;
-    (started.elapsed().as_secs_f64(), url)
+    started.elapsed().as_secs_f64()
 }
 
 /// The pieces of the first quarter of the hash space, by owner, and the shard that takes them
@@ -131,22 +131,17 @@ async fn measure(ctx: &Ctx, etcd: &str, n: usize, k: u32) -> GrowthPoint {
     assert_eq!(pass.items, want, "paged LIST of all pods through the router at K={k}");
     let router_rss = rss_bytes(t.router_pid());
     let storage = Storage::connect(&[etcd.to_owned()]).await.expect("etcd");
-    let (largest, _) = objects.iter().enumerate().fold((0, 0.0), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) });
-    let (restart_s, _) = restart_to_ready(&t, &storage, largest).await;
-    // The move needs every shard registered as a live member with its ranges loaded.
+    let (largest, largest_objects) = objects.iter().copied().enumerate().fold((0, 0.0), |(bi, bv), (i, v)| if v > bv { (i, v) } else { (bi, bv) });
+    let restart_s = restart_to_ready(&t, &storage, largest).await;
     let quarter_move = if k >= 2 {
-        let deadline = Instant::now() + Duration::from_secs(300);
-        while storage.members().await.expect("members").shards.iter().filter(|m| !m.loaded.is_empty()).count() < k as usize {
-            assert!(Instant::now() < deadline, "shards did not register");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        crate::cluster::wait_members_loaded(&storage, k as usize, Duration::from_secs(300)).await;
         Some(move_quarter(&storage).await)
     } else {
         None
     };
     t.stop().await;
     spinner.finish_and_clear();
-    GrowthPoint { n, k, largest_objects: objects.iter().copied().fold(0.0, f64::max), largest_rss, largest_heap, router_rss, load_s, restart_s, pages_ms: pass.pages_ms, list_s: pass.total_ms / 1000.0, quarter_move }
+    GrowthPoint { n, k, largest_objects, largest_rss, largest_heap, router_rss, load_s, restart_s, pages_ms: pass.pages_ms, list_s: pass.total_ms / 1000.0, quarter_move }
 }
 
 /// Least-squares line y = a + b·x through `points`: (a, b).

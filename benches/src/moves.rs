@@ -67,12 +67,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     let ns = c.post(format!("{}/api/v1/namespaces", t.url)).json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})).send().await.expect("namespace");
     assert!(ns.status().is_success(), "namespace: {}", ns.status());
     let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.expect("etcd");
-    // Every shard has registered and loaded.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while storage.members().await.expect("members").shards.iter().filter(|m| !m.loaded.is_empty()).count() < 4 {
-        assert!(Instant::now() < deadline, "shards did not register");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::cluster::wait_members_loaded(&storage, 4, Duration::from_secs(120)).await;
     let rounds = if ctx.smoke { 2 } else { ROUNDS };
     let spinner = ctx.spinner(&format!("move: a quarter of the objects, {rounds} moves there and back under writes"));
     let samples = Arc::new(Mutex::new(Vec::new()));
