@@ -155,24 +155,25 @@ pub fn fit(points: &[(f64, f64)]) -> (f64, f64) {
     (my - b * mx, b)
 }
 
-/// y = a·x^b through `points` (all positive), by least squares on the logarithms: (a, b).
-pub fn fit_power(points: &[(f64, f64)]) -> (f64, f64) {
-    let logs: Vec<(f64, f64)> = points.iter().filter(|(x, y)| *x > 0.0 && *y > 0.0).map(|(x, y)| (x.ln(), y.ln())).collect();
-    let (ln_a, b) = fit(&logs);
-    (ln_a.exp(), b)
+/// The largest miss of the line `(a, b)` on `points`: (|y - (a + b·x)|, that point's x).
+fn worst_miss(line: (f64, f64), points: &[(f64, f64)]) -> (f64, f64) {
+    points.iter().map(|(x, y)| ((y - (line.0 + line.1 * x)).abs(), *x)).fold((0.0, 0.0), |w, m| if m.0 > w.0 { m } else { w })
 }
 
-/// The capacity model fitted to this run's points (RFC 0017). Memory is a line in the objects
-/// a shard holds. Times are power laws: loading a range pages through etcd, and etcd 3.5 counts
-/// the rest of the range on every limited read, so they grow faster than the objects.
+/// The capacity model fitted to this run's points (RFC 0017): every figure a line in the
+/// objects. Memory is held per object; a load reads each key a bounded number of times (large
+/// ranges in pieces, RFC 0018), so the times are a fixed start plus a cost per object.
 struct Model {
     /// Largest shard RSS (bytes) = a + b·objects on it.
     rss: (f64, f64),
-    /// Restart-to-ready (s) = a·objects^b: one shard loading alone, as each would on its own
+    /// Restart-to-ready (s) = a + b·objects: one shard loading alone, as each would on its own
     /// cores (the model's load time too).
     restart: (f64, f64),
-    /// Moving a quarter (s) = a·(objects moved)^b.
+    /// Moving a quarter (s) = a + b·(objects moved).
     moving: (f64, f64),
+    /// The points each line was fitted to, for its worst miss.
+    restart_points: Vec<(f64, f64)>,
+    moving_points: Vec<(f64, f64)>,
     /// The store's bytes per object (etcd's database size over N).
     store_bytes_per_object: f64,
 }
@@ -182,10 +183,10 @@ impl Model {
         self.rss.0 + self.rss.1 * per_shard
     }
     fn restart(&self, per_shard: f64) -> f64 {
-        self.restart.0 * per_shard.powf(self.restart.1)
+        self.restart.0 + self.restart.1 * per_shard
     }
     fn moving(&self, objects: f64) -> f64 {
-        self.moving.0 * objects.powf(self.moving.1)
+        self.moving.0 + self.moving.1 * objects
     }
 }
 
@@ -275,10 +276,14 @@ fn report(ctx: &Ctx, points: &[GrowthPoint], store_sizes: &[(usize, f64)]) -> Se
 }
 
 fn fit_model(points: &[GrowthPoint], store_sizes: &[(usize, f64)]) -> Model {
+    let restart_points: Vec<(f64, f64)> = points.iter().map(|p| (p.largest_objects, p.restart_s)).collect();
+    let moving_points: Vec<(f64, f64)> = points.iter().filter_map(|p| p.quarter_move).map(|(secs, objects, _)| (objects, secs)).collect();
     Model {
         rss: fit(&points.iter().map(|p| (p.largest_objects, p.largest_rss)).collect::<Vec<_>>()),
-        restart: fit_power(&points.iter().map(|p| (p.largest_objects, p.restart_s)).collect::<Vec<_>>()),
-        moving: fit_power(&points.iter().filter_map(|p| p.quarter_move).map(|(secs, objects, _)| (objects, secs)).collect::<Vec<_>>()),
+        restart: fit(&restart_points),
+        moving: fit(&moving_points),
+        restart_points,
+        moving_points,
         // At the largest N, where etcd's fixed overhead weighs least.
         store_bytes_per_object: store_sizes.iter().max_by_key(|(n, _)| *n).map_or(0.0, |(n, db)| db / *n as f64),
     }
@@ -289,15 +294,19 @@ fn fit_model(points: &[GrowthPoint], store_sizes: &[(usize, f64)]) -> Model {
 fn capacity_text(m: &Model, points: &[GrowthPoint]) -> String {
     let mut t = String::from("### Capacity model and table\n\n");
     t.push_str(&format!(
-        "Fitted to this run's points by least squares, with x the objects on the largest shard: its RSS = {} + {:.0} bytes·x (a line); restart-to-ready = {:.3e}·x^{:.2} s; moving a quarter = {:.3e}·m^{:.2} s for m objects moved (power laws, fitted on logarithms: these times grow faster than the objects, because loading pages through etcd and etcd 3.5 counts the rest of the range on every limited read). \
+        "Fitted to this run's points by least squares, with x the objects on the largest shard: its RSS = {} + {:.0} bytes·x; restart-to-ready = {:.1} s + {:.1} µs·x (its largest miss on a measured point {:.1} s, at x = {:.0}); moving a quarter = {:.1} s + {:.1} µs·m for m objects moved (largest miss {:.1} s, at m = {:.0}). All three are lines: a shard holds each object once, and a load reads each key a bounded number of times (RFC 0018). \
          Assumptions: objects spread evenly (hash ranges of equal size hold equal shares, as the table above shows); the mix and object sizes of this benchmark; one etcd as fast as this run's, on tmpfs (a disk-bound etcd loads slower); for the model's rows every shard on cores of its own, so its cache load is a shard loading alone, which is what restart-to-ready measures (here all K shards shared 2 cores and loaded at once, so the measured load times above K = 1 are upper bounds); no watch history (churn adds it: see memory-under-churn). \
          \"Smallest K\" is the fewest shards whose largest shard stays within {} RSS and restarts within {BUDGET_RESTART_S:.0} s — an example budget; read the row for your own.\n\n",
         mib(m.rss.0),
         m.rss.1,
         m.restart.0,
-        m.restart.1,
+        m.restart.1 * 1e6,
+        worst_miss(m.restart, &m.restart_points).0,
+        worst_miss(m.restart, &m.restart_points).1,
         m.moving.0,
-        m.moving.1,
+        m.moving.1 * 1e6,
+        worst_miss(m.moving, &m.moving_points).0,
+        worst_miss(m.moving, &m.moving_points).1,
         gib(BUDGET_RSS)
     ));
     t.push_str("| N | K | objects per shard | largest shard RSS | cache load | restart-to-ready | move a quarter | source |\n|---|---|---|---|---|---|---|---|\n");
@@ -344,8 +353,7 @@ mod tests {
     fn the_fit_recovers_a_line_and_the_quarter_is_cut_by_owner() {
         let (a, b) = fit(&[(1.0, 5.0), (2.0, 7.0), (4.0, 11.0)]);
         assert!((a - 3.0).abs() < 1e-9 && (b - 2.0).abs() < 1e-9, "{a} {b}");
-        let (a, b) = fit_power(&[(10.0, 3.0 * 10f64.powf(1.5)), (100.0, 3.0 * 100f64.powf(1.5)), (1000.0, 3.0 * 1000f64.powf(1.5))]);
-        assert!((a - 3.0).abs() < 1e-9 && (b - 1.5).abs() < 1e-9, "{a} {b}");
+        assert_eq!(worst_miss((3.0, 2.0), &[(1.0, 5.0), (2.0, 7.5), (4.0, 10.0)]), (1.0, 4.0));
         for k in [2u32, 4, 8] {
             let shards = HashRange::split_even(k).into_iter().enumerate().map(|(i, r)| shardplane_storage::range_map::StoredShard { id: format!("shard-{i}"), url: String::new(), ranges: vec![r], cordoned: false }).collect();
             let map = shardplane_storage::range_map::StoredRangeMap { epoch: 1, cutover: 0, shards, moves: Vec::new(), balancing: false };

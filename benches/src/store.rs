@@ -268,6 +268,24 @@ pub async fn run(ctx: &Ctx) -> Section {
         puts.median(),
         creates.median()
     ));
+    if !creates.all_at_least(0.8) {
+        let (below, rounds) = (creates.ratios.iter().filter(|&&r| r < 0.8).count(), creates.ratios.len());
+        let (e_cpu, m_cpu) = (med(&etcd.put_cpu), med(&embedded.put_cpu));
+        sec.line(format!(
+            "**Why the create target is missed** ({}: {below} of {rounds} rounds below 0.8×). {} {}\n",
+            creates.describe_times(),
+            if puts.all_at_least(0.8) {
+                format!("Straight on the store the embedded store keeps up ({}), so its own commits are not what falls short; through the router it shares the router's process and threads with the HTTP, JSON and merge work of every request.", puts.describe_times())
+            } else {
+                format!("Straight on the store the embedded store's puts fall short too ({}): its commits, one redb transaction per write under the store's lock, are the first cost to cut.", puts.describe_times())
+            },
+            if m_cpu > e_cpu {
+                format!("Its commits also cost the router process {m_cpu:.2} s of CPU per 1,000 puts where etcd spends {e_cpu:.2} s in a process of its own, CPU the router then lacks on these 2 shared cores.")
+            } else {
+                format!("Its commits cost {m_cpu:.2} s of CPU per 1,000 puts, no more than etcd's {e_cpu:.2} s, so the rounds below are the router's share of the cores, not the store's cost.")
+            }
+        ));
+    }
     if !watch.all_at_least(0.8) {
         let raw_watch = paired(|f| &f.raw_watch).median();
         sec.line(format!(

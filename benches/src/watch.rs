@@ -277,12 +277,15 @@ pub async fn run(ctx: &Ctx) -> Section {
     let median = |path: Path, m: &std::collections::HashMap<(u8, usize), Vec<f64>>| percentile(&mut m[&(path as u8, most)].clone(), 0.5);
     let (r, sh, e) = (median(Path::Router, &p99s), median(Path::Shard, &p99s), median(Path::Etcd, &p99s));
     let (rc, ec) = (median(Path::Router, &busy), median(Path::Etcd, &busy));
+    let (fewest, added_fewest) = added.first().map(|(w, d)| (*w, percentile(&mut d.clone(), 0.5))).expect("watcher counts");
+    let added_most = added.last().map_or(0.0, |(_, d)| percentile(&mut d.clone(), 0.5));
     s.line(format!(
         "**At {most} watchers**, the median phase's p99 is {r:.1} ms through the router, {sh:.1} ms from one shard and {e:.1} ms from a raw etcd watch, with {rc:.2} (router path) and {ec:.2} (etcd path) of the machine's {} cores busy, all servers and the benchmark together. \
-         Where the router's time goes (profiles below, with `--perf`): writing each event to each watcher's socket (the kernel) and waking each watcher's task (tokio) — the same work, per watcher, that one shard does when the watchers are its own; the shards behind the router then do almost nothing. \
-         What the router adds is a wait: it releases an event only once every shard's in-band mark has passed it (RFC 0003), and a shard that had no event of its own is asked for a progress mark, which it gets from etcd, so most events wait one progress round trip (about 1 ms on an idle machine: the 1-watcher rows). \
-         With every core busy that round trip queues behind the fan-out, which is what grows the p99. What would cut it: shards sending a progress mark as soon as etcd confirms a revision they have no event for (etcd's progress notifications, pushed rather than asked for), and writing several events to a watcher in one socket write.\n",
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+         What the router adds is a wait: it releases an event only once every shard's in-band mark has passed it (RFC 0003), and a shard that had no event of its own is asked for a progress mark, which it gets from etcd, so most events wait one progress round trip. In this run that wait added {added_fewest:.2} ms at p99 with {fewest} watcher{} (a nearly idle machine) and {added_most:.2} ms with {most}, where the round trip queues behind the fan-out to every watcher on the busy cores. {}\
+         What would cut it: shards sending a progress mark as soon as etcd confirms a revision they have no event for (etcd's progress notifications, pushed rather than asked for), and writing several events to a watcher in one socket write.\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if fewest == 1 { "" } else { "s" },
+        if ctx.perf { "Where the router's time goes is in the profiles below. " } else { "" }
     ));
     s.line(&profiles);
     let plot: Vec<Series> = paths.iter().map(|&path| Series { label: format!("{} p99 (median phase)", path.name(k)), points: counts.iter().map(|&w| ((w as f64).log10(), percentile(&mut p99s[&(path as u8, w)].clone(), 0.5))).collect() }).collect();

@@ -29,7 +29,7 @@ use shardplane_apimachinery::delete_options::{FOREGROUND_FINALIZER, ORPHAN_FINAL
 use shardplane_apimachinery::resources::ResourceInfo;
 use shardplane_apimachinery::{encode, meta};
 use shardplane_keyspace::{etcd_layout, HashRange};
-use shardplane_storage::{Kv, StorageError};
+use shardplane_storage::{Kv, RangeReader, StorageError};
 use shardplane_watchcache::Filter;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -314,16 +314,11 @@ async fn finish_owners(shard: &Shard) -> Result<(), String> {
         let store = shard.store(info);
         // One revision per resource: a page never mixes states.
         let at = store.current_revision().await.map_err(|e| e.to_string())?;
-        let mut from = start;
-        loop {
-            let page = store.range_page(&from, &end, at, PAGE).await.map_err(|e| e.to_string())?;
-            for kv in &page.kvs {
+        let mut reader = RangeReader::new(&start, &end, at, PAGE);
+        while let Some(kvs) = reader.next_page(&store).await.map_err(|e| e.to_string())? {
+            for kv in &kvs {
                 note_waiting(kv, &mut waiting);
                 dependent_of_pending(shard, info, kv, &mut pending).await;
-            }
-            match page.next {
-                Some(n) => from = n,
-                None => break,
             }
         }
     }

@@ -17,6 +17,8 @@ pub mod contract;
 pub mod follow;
 pub mod informer;
 pub mod members;
+mod paged;
+pub use paged::{RangeReader, PIECE_KEYS};
 pub mod range_map;
 pub mod roles;
 pub mod space;
@@ -101,6 +103,8 @@ pub struct RangePage {
     pub revision: u64,
     /// Where the next page starts, if there is more.
     pub next: Option<Vec<u8>>,
+    /// How many keys `[from, end)` holds at the revision (etcd counts them on every read).
+    pub count: u64,
 }
 
 /// The client certificate and CA every connection of this process to an `https://` store uses
@@ -333,27 +337,30 @@ impl Storage {
     }
 
     /// Reads every key in `[start, end)` at `revision` (0: current). Returns the pairs and the
-    /// revision they were read at. Pages internally so no single response is large.
+    /// revision they were read at. Pages internally so no single response is large, and reads a
+    /// large range in pieces ([`RangeReader`]).
     pub async fn list_range(&self, start: &[u8], end: &[u8], revision: u64) -> Result<(Vec<Kv>, u64)> {
         let mut out = Vec::new();
-        let mut from = start.to_vec();
-        let mut rev = revision;
-        loop {
-            let page = self.range_page(&from, end, rev, RANGE_PAGE).await?;
-            rev = page.revision;
-            out.extend(page.kvs);
-            match page.next {
-                Some(next) => from = next,
-                None => return Ok((out, rev)),
-            }
+        let mut reader = RangeReader::new(start, end, revision, RANGE_PAGE);
+        while let Some(kvs) = reader.next_page(self).await? {
+            out.extend(kvs);
         }
+        Ok((out, reader.revision()))
     }
 
     /// One page of `[from, end)` at `revision` (0: current), at most `limit` keys.
     pub async fn range_page(&self, from: &[u8], end: &[u8], revision: u64, limit: i64) -> Result<RangePage> {
+        self.read_page(from, end, revision, limit, false).await
+    }
+
+    /// One page, with the values or (`keys_only`) without them.
+    async fn read_page(&self, from: &[u8], end: &[u8], revision: u64, limit: i64, keys_only: bool) -> Result<RangePage> {
         let mut opts = GetOptions::new().with_range(end.to_vec()).with_limit(limit);
         if revision > 0 {
             opts = opts.with_revision(revision as i64);
+        }
+        if keys_only {
+            opts = opts.with_keys_only();
         }
         let resp = self
             .endpoints
@@ -371,26 +378,15 @@ impl Storage {
             k.push(0);
             k
         });
-        Ok(RangePage { kvs, revision: read_at, next })
+        Ok(RangePage { kvs, revision: read_at, next, count: resp.count().max(0) as u64 })
     }
 
-    /// Keys only of `[start, end)` at the current revision.
+    /// Keys only of `[start, end)`, all at the revision current when the read starts.
     pub async fn list_keys(&self, start: &[u8], end: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut out = Vec::new();
-        let mut from = start.to_vec();
-        loop {
-            let opts = GetOptions::new().with_range(end.to_vec()).with_limit(RANGE_PAGE * 10).with_keys_only();
-            let resp = self.repeatable(|c| {
-                let (from, opts) = (from.clone(), opts.clone());
-                async move { c.kv_client().get(from, Some(opts)).await }
-            })
-            .await?;
-            out.extend(resp.kvs().iter().map(|kv| kv.key().to_vec()));
-            if !resp.more() || resp.kvs().is_empty() {
-                break;
-            }
-            from = resp.kvs().last().expect("non-empty").key().to_vec();
-            from.push(0);
+        let mut reader = RangeReader::new(start, end, 0, RANGE_PAGE * 10).keys_only();
+        while let Some(kvs) = reader.next_page(self).await? {
+            out.extend(kvs.into_iter().map(|kv| kv.key));
         }
         Ok(out)
     }

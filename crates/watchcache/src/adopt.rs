@@ -10,7 +10,7 @@ use crate::object::{CachedObject, ObjectCodec};
 use crate::reflector::{decode_all, KeyRange};
 use shardplane_keyspace::etcd_layout::{parse_object_key, range_keys};
 use shardplane_keyspace::{HashRange, RangeSet};
-use shardplane_storage::{Storage, StorageError, WatchItem};
+use shardplane_storage::{RangeReader, Storage, StorageError, WatchItem};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -69,21 +69,18 @@ pub(crate) fn start_load(storage: Storage, codec: ObjectCodec, range: &KeyRange,
     });
 }
 
-/// Reads `r`'s objects at `at`, page by page, decoding as it goes; after each page it rests as
-/// long as the page took, so a load uses at most about half a core and the shard's requests
-/// (and everything else on the machine) keep their share.
+/// Reads `r`'s objects at `at`, page by page (in pieces when it is large: RFC 0018), decoding
+/// as it goes; after each page it rests as long as the page took, so a load uses at most about
+/// half a core and the shard's requests (and everything else on the machine) keep their share.
 async fn load_paced(storage: &Storage, codec: &ObjectCodec, group: &str, plural: &str, followed: &RangeSet, r: HashRange, at: u64) -> Result<Vec<CachedObject>, StorageError> {
-    let (mut from, end) = range_keys(group, plural, r);
+    let (start, end) = range_keys(group, plural, r);
+    let mut reader = RangeReader::new(&start, &end, at, PAGE);
     let mut out = Vec::new();
     loop {
         let began = Instant::now();
-        let page = storage.range_page(&from, &end, at, PAGE).await?;
-        out.extend(decode_all(codec, page.kvs.into_iter().filter(|kv| new_key(group, plural, followed, &kv.key))));
+        let Some(kvs) = reader.next_page(storage).await? else { return Ok(out) };
+        out.extend(decode_all(codec, kvs.into_iter().filter(|kv| new_key(group, plural, followed, &kv.key))));
         tokio::time::sleep(began.elapsed()).await;
-        match page.next {
-            Some(next) => from = next,
-            None => return Ok(out),
-        }
     }
 }
 
