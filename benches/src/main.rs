@@ -6,12 +6,14 @@
 //! `growth`, `cluster`) starts etcd on tmpfs, builds and starts `shard-router`
 //! (which starts the shard processes), loads realistic objects and measures. `--smoke` runs
 //! every scenario at tiny sizes (CI runs it in a debug build so the benchmarks never rot; its
-//! report goes to `target/bench-smoke/` and says that its numbers mean nothing).
+//! report goes to `target/bench-smoke/` and says that its numbers mean nothing). `compare OLD NEW`
+//! checks that two runs' reports reach the same verdicts.
 
 mod access;
 mod apf;
 mod churn;
 mod cluster;
+mod compare;
 mod growth;
 mod list;
 mod memory;
@@ -37,9 +39,12 @@ struct Args {
     /// `all`, or one of: memory-per-shard, memory-under-churn, list, watch, write, churn, move, store, access, apf, growth,
     /// cluster (the node axis: `--objects` is then the ladder of node counts); or `serve`, which loads
     /// `--objects` pods (default 100000), starts `--shards` K behind a router, prints their
-    /// URLs and pids and waits for Ctrl-C: a system to profile or try by hand.
+    /// URLs and pids and waits for Ctrl-C: a system to profile or try by hand; or `compare OLD NEW`,
+    /// which says whether two reports reach the same verdict on every target.
     scenario: String,
-    /// RouterState for `serve`.
+    /// For `compare`: the two reports.
+    reports: Vec<PathBuf>,
+    /// The shard processes behind the router for `serve`.
     #[arg(long, default_value_t = 4)]
     shards: u32,
     /// Tiny sizes: checks that every scenario runs, measures nothing.
@@ -179,6 +184,15 @@ async fn main() {
     let run_all = args.scenario == "all";
     if args.scenario == "serve" {
         return serve(&args).await;
+    }
+    if args.scenario == "compare" {
+        match args.reports.as_slice() {
+            [old, new] => compare::run(old, new),
+            _ => {
+                eprintln!("bench compare: expected two reports, OLD and NEW");
+                std::process::exit(2);
+            }
+        }
     }
     if !run_all && !SCENARIOS.contains(&args.scenario.as_str()) {
         eprintln!("bench: unknown scenario {:?}; expected all or one of {}", args.scenario, SCENARIOS.join(", "));

@@ -1,0 +1,99 @@
+//! `bench compare OLD NEW`: do two reports (two runs' RESULTS.md) reach the same verdict on
+//! every target? Issue #24 asks that two consecutive full runs agree; this is how that is
+//! checked, from the reports alone, so any two committed runs can be compared later.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One target row of a report: what was measured and whether it was met.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verdict {
+    pub measured: String,
+    pub met: bool,
+}
+
+/// Every target row of a rendered report (`report::Section::render`'s tables), keyed by
+/// `section :: target`. Rows of other tables are not targets and are skipped.
+pub fn verdicts(report: &str) -> BTreeMap<String, Verdict> {
+    let mut out = BTreeMap::new();
+    let (mut section, mut in_targets) = (String::new(), false);
+    for line in report.lines() {
+        if let Some(title) = line.strip_prefix("## ") {
+            section = title.trim().to_owned();
+            in_targets = false;
+        } else if line.starts_with("| target | measured | goal | met |") {
+            in_targets = true;
+        } else if in_targets && line.starts_with("|---") {
+        } else if in_targets && line.starts_with('|') {
+            let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
+            if let [what, measured, .., met] = cells.as_slice() {
+                out.insert(format!("{section} :: {what}"), Verdict { measured: (*measured).to_owned(), met: *met == "**yes**" });
+            }
+        } else {
+            in_targets = false;
+        }
+    }
+    out
+}
+
+/// The comparison as Markdown, and whether every target is in both reports with one verdict.
+pub fn compare(old: &str, new: &str) -> (String, bool) {
+    let (a, b) = (verdicts(old), verdicts(new));
+    let mut rows = String::from("| target | first run | second run | verdicts |\n|---|---|---|---|\n");
+    let (mut same, mut total) = (0, 0);
+    let yes_no = |v: Option<&Verdict>| v.map_or_else(|| "(absent)".to_owned(), |v| format!("{} ({})", if v.met { "yes" } else { "no" }, v.measured));
+    for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
+        let (x, y) = (a.get(key), b.get(key));
+        let agree = matches!((x, y), (Some(x), Some(y)) if x.met == y.met);
+        total += 1;
+        same += usize::from(agree);
+        rows.push_str(&format!("| {key} | {} | {} | {} |\n", yes_no(x), yes_no(y), if agree { "agree" } else { "**differ**" }));
+    }
+    (format!("{same} of {total} verdicts agree.\n\n{rows}"), same == total && total > 0)
+}
+
+/// Reads both reports, prints the comparison; exits 1 when a verdict differs or a target is
+/// in only one report, 2 when a report cannot be read.
+pub fn run(old: &Path, new: &Path) -> ! {
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_else(|e| {
+        eprintln!("bench compare: {}: {e}", p.display());
+        std::process::exit(2)
+    });
+    let (text, agree) = compare(&read(old), &read(new));
+    print!("{text}");
+    std::process::exit(if agree { 0 } else { 1 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Section;
+
+    fn report(met: &[bool]) -> String {
+        let mut s = Section::new("write");
+        s.line("| operation | ops/s |\n|---|---|\n| create | 10 |\n");
+        for (i, m) in met.iter().enumerate() {
+            s.target(format!("target {i}, of a pair"), format!("{i}%"), "≥ 80%", *m);
+        }
+        format!("# Benchmark results\n\n**Targets**: x.\n\n{}## other\n\ntext\n", s.render())
+    }
+
+    #[test]
+    fn verdicts_are_read_back_from_a_rendered_section() {
+        let v = verdicts(&report(&[true, false]));
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert_eq!(v["write :: target 0, of a pair"].met, true);
+        assert_eq!(v["write :: target 1, of a pair"], Verdict { measured: "1%".into(), met: false });
+    }
+
+    #[test]
+    fn reports_agree_only_when_every_verdict_is_the_same() {
+        assert!(compare(&report(&[true, false]), &report(&[true, false])).1);
+        let (text, agree) = compare(&report(&[true, false]), &report(&[true, true]));
+        assert!(!agree);
+        assert!(text.starts_with("1 of 2 verdicts agree."), "{text}");
+        // A target in one run only is a disagreement too.
+        assert!(!compare(&report(&[true]), &report(&[true, false])).1);
+        assert!(!compare("", "").1, "two reports without targets prove nothing");
+    }
+}
