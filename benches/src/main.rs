@@ -182,6 +182,10 @@ async fn serve(args: &Args) {
 async fn main() {
     let args = Args::parse();
     let run_all = args.scenario == "all";
+    if args.scenario != "compare" && !args.reports.is_empty() {
+        eprintln!("bench: {:?} takes no reports; only compare does", args.scenario);
+        std::process::exit(2);
+    }
     if args.scenario == "serve" {
         return serve(&args).await;
     }
