@@ -23,8 +23,10 @@ pub fn verdicts(report: &str) -> BTreeMap<String, Verdict> {
             in_targets = false;
         } else if line.starts_with("| target | measured | goal | met |") {
             in_targets = true;
-        } else if in_targets && line.starts_with("|---") {
         } else if in_targets && line.starts_with('|') {
+            if line.starts_with("|---") {
+                continue; // the rule under the header
+            }
             let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
             if let [what, measured, .., met] = cells.as_slice() {
                 out.insert(format!("{section} :: {what}"), Verdict { measured: (*measured).to_owned(), met: *met == "**yes**" });

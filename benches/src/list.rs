@@ -172,13 +172,16 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
     drop(one);
     rows.splice(1..1, one_shard_rows);
     s.table(&["LIST", "p50 ms", "max ms", "objects/s (p50)"], &rows);
-    s.line("**Where the router stands.** The router asks the shards to write each list entry on a line of its own (a request header only it sends), so it splits their bodies with one memchr per entry and reads each entry's key from the first bytes of its metadata (ObjectMeta in Go's field order: name, then namespace), never decoding an object. \
+    s.line(format!("**Where the router stands.** The router asks the shards to write each list entry on a line of its own (a request header only it sends), so it splits their bodies with one memchr per entry and reads each entry's key from the first bytes of its metadata (ObjectMeta in Go's field order: name, then namespace), never decoding an object. \
         An unpaged LIST streams through a k-way merge into the client's body while it is sent; with one shard, the body passes through. \
         A page from one shard passes through too, with only its head rewritten (the continue token gains the range-map epoch). \
         A page from several shards is held whole before it is sent, because its `continue` token and `remainingItemCount` come before the items and depend on the merge: the shards serve their shares (1.25 × limit / K + 8 each) in parallel, then the router merges and sends. \
-        The profiles below (taken in extra runs of each case that misses) show where the remaining time goes: in the router, mostly the kernel copying bytes in and out of sockets and memmove assembling the page; in the shards, the cache walk and the page's encoding. \
+        {}\
         With several shards, each page waits for the slowest shard, costs K requests and the merged page's copy, and the shards' overfetch (up to 1.25×) is read and discarded. \
-        What would close it: letting the first page's items stream while the shards' later items are still arriving (metadata written after the items, which JSON allows but upstream's byte layout does not), or larger pages (a client's `limit`).\n");
+        What would close it: letting the first page's items stream while the shards' later items are still arriving (metadata written after the items, which JSON allows but upstream's byte layout does not), or larger pages (a client's `limit`).\n",
+        // What the profiles show is said only when this run took them (RFC 0005).
+        if ctx.perf { "The profiles below (taken in extra runs of each case that misses) show where the remaining time goes. " } else { "This run took no profiles (`--perf` takes them, in extra runs of each case that misses). " }
+    ));
     if let Some((extra, shard)) = page_cost {
         s.line(format!("In this run, with one shard behind the router, a page of 500 pods took {shard:.2} ms from the shard alone and {extra:.2} ms more through the router (the p50s of the paged LIST of all pods, divided by its pages): the extra hop, a request and the page's bytes through one more pair of sockets.\n"));
     }
