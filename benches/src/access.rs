@@ -6,12 +6,12 @@
 //! alternating round by round (A, B, then B, A, …): creates, GETs, LISTs and deletes of
 //! ConfigMaps at the same concurrency, over HTTP/1.1 on both sides so the protocol is not what
 //! is measured. Each figure is the median over the rounds; each ratio is the median of the
-//! per-round ratios with their spread (least and most), and a target is met only when the
-//! least ratio meets it.
+//! per-round ratios with an interval of that median (RFC 0017), and a target is met only when
+//! the whole interval meets it.
 
 use crate::Ctx;
 use crate::cluster::{Topology, cpu_seconds};
-use crate::report::{Section, percentile};
+use crate::report::{Goal, PairBudget, Paired, Section, Verdict, percentile};
 use crate::write::{CONCURRENCY, rate};
 use serde_json::json;
 use std::time::Instant;
@@ -127,9 +127,12 @@ async fn start_sides(ctx: &Ctx, k: u32) -> [Side; 2] {
 
 /// The sizes of a side-by-side comparison: requests per operation, LISTs, rounds per side and
 /// shards (tiny in a smoke run).
-pub fn sizes(ctx: &Ctx) -> (usize, usize, usize, u32) {
-    if ctx.smoke { (50, 3, 1, 2) } else { (5_000, 20, 8, 2) }
+pub fn sizes(ctx: &Ctx) -> (usize, usize, PairBudget, u32) {
+    if ctx.smoke { (50, 3, PairBudget::SMOKE, 2) } else { (5_000, 20, ctx.pairs(8, 20), 2) }
 }
+
+/// Every throughput target: B keeps at least 0.8 of A's rate.
+const GOAL: Goal = Goal::AtLeast(0.8);
 
 pub async fn run(ctx: &Ctx) -> Section {
     let (n, lists, rounds, k) = sizes(ctx);
@@ -158,23 +161,33 @@ pub struct Compared {
 }
 
 /// The same rounds on both sides, alternating (A, B then B, A), after a warm-up round each:
-/// `n` creates, GETs and deletes and `lists` LISTs per round, `rounds` rounds per side, over
-/// topologies of `k` shards. Each B/A throughput ratio's least value must be at least 0.8.
-pub async fn compare(ctx: &Ctx, sides: [Side; 2], c: &Compared, (n, lists, rounds, k): (usize, usize, usize, u32)) -> Section {
-    let bar = ctx.bar(2 * rounds as u64, &format!("{}: the same requests on both sides", c.title));
+/// `n` creates, GETs and deletes and `lists` LISTs per round, rounds per side as `budget` gives
+/// them, over topologies of `k` shards. Each B/A throughput ratio's interval must be at least
+/// 0.8.
+pub async fn compare(ctx: &Ctx, sides: [Side; 2], c: &Compared, (n, lists, budget, k): (usize, usize, PairBudget, u32)) -> Section {
+    let bar = ctx.bar(2 * budget.min as u64, &format!("{}: the same requests on both sides", c.title));
     // Warm-up: one small round on each, not counted (connections, caches).
     for side in &sides {
         round(side, n / 10 + 1, 1).await;
     }
     let mut results: [Vec<Round>; 2] = [Vec::new(), Vec::new()];
-    for r in 0..rounds {
+    let throughputs: [(&str, fn(&Round) -> f64); 3] = [("creates/s", |r| r.create), ("GETs/s", |r| r.get), ("deletes/s", |r| r.delete)];
+    let ratios = |results: &[Vec<Round>; 2], f: fn(&Round) -> f64| Paired { ratios: results[1].iter().zip(&results[0]).map(|(b, a)| f(b) / f(a)).collect() };
+    let settled = |results: &[Vec<Round>; 2]| throughputs.iter().all(|(_, f)| ratios(results, *f).verdict(GOAL) != Verdict::Unsettled);
+    let mut r = 0;
+    while budget.more(r, settled(&results)) {
+        if r >= budget.min {
+            bar.inc_length(2);
+        }
         // A, B then B, A: drift on the machine falls on both alike.
         let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
         for i in order {
             results[i].push(round(&sides[i], n, lists).await);
             bar.inc(1);
         }
+        r += 1;
     }
+    let rounds = r;
     bar.finish_and_clear();
     let mut profiles = String::new();
     if ctx.perf {
@@ -193,22 +206,20 @@ pub async fn compare(ctx: &Ctx, sides: [Side; 2], c: &Compared, (n, lists, round
 
     let mut s = Section::new(c.title);
     s.line(format!(
-        "Two topologies of {k} shards, each on its own etcd, side by side: **A** {}, **B** {} {}. Each round sends {n} creates, {n} GETs ({CONCURRENCY} in flight), {lists} LISTs of the {n} ConfigMaps (one at a time) and {n} deletes to one side, over HTTP/1.1 on both; {rounds} rounds per side, alternating A, B then B, A, after a warm-up round each. Figures are medians over rounds; a ratio is the median of the {rounds} per-round B/A ratios, with the least and most.\n",
+        "Two topologies of {k} shards, each on its own etcd, side by side: **A** {}, **B** {} {}. Each round sends {n} creates, {n} GETs ({CONCURRENCY} in flight), {lists} LISTs of the {n} ConfigMaps (one at a time) and {n} deletes to one side, over HTTP/1.1 on both; {rounds} rounds per side, alternating A, B then B, A, after a warm-up round each. Figures are medians over rounds; a ratio is the median of the {rounds} per-round B/A ratios, with its interval (latency and CPU rows: least to most). {}\n",
         c.names[0],
         c.names[1],
-        c.topologies
+        c.topologies,
+        crate::report::verdict_rule(budget, "round", "B/A throughput ratios")
     ));
     let med = |v: &[f64]| percentile(&mut v.to_vec(), 0.5);
-    let ratios = |f: &dyn Fn(&Round) -> f64| -> Vec<f64> { results[1].iter().zip(&results[0]).map(|(b, a)| f(b) / f(a)).collect() };
     let spread = |v: &[f64]| format!("{:.2} ({:.2}–{:.2})", med(v), v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(f64::MIN, f64::max));
     let mut rows = Vec::new();
-    let throughputs: [(&str, &dyn Fn(&Round) -> f64); 3] = [("creates/s", &|r: &Round| r.create), ("GETs/s", &|r: &Round| r.get), ("deletes/s", &|r: &Round| r.delete)];
     for (what, f) in throughputs {
         let (a, b) = (med(&results[0].iter().map(f).collect::<Vec<_>>()), med(&results[1].iter().map(f).collect::<Vec<_>>()));
-        let rs = ratios(f);
-        rows.push(vec![what.to_owned(), format!("{a:.0}"), format!("{b:.0}"), spread(&rs), format!("{rounds} rounds × {n}")]);
-        let least = rs.iter().cloned().fold(f64::MAX, f64::min);
-        s.target(format!("{what} {}", c.target), format!("B/A {}", spread(&rs)), "≥ 0.80 (least ratio)", least >= 0.8);
+        let rs = ratios(&results, f);
+        rows.push(vec![what.to_owned(), format!("{a:.0}"), format!("{b:.0}"), rs.describe_times(), format!("{rounds} rounds × {n}")]);
+        s.target(format!("{what} {}", c.target), format!("B/A {}", rs.describe_times()), "≥ 0.80×, whole interval", rs.verdict(GOAL));
     }
     // Latency percentiles over every sample of every round, with the counts behind them.
     let all = |i: usize, f: fn(&Round) -> &Vec<f64>| -> Vec<f64> { results[i].iter().flat_map(|r| f(r).iter().cloned()).collect() };
@@ -228,7 +239,7 @@ pub async fn compare(ctx: &Ctx, sides: [Side; 2], c: &Compared, (n, lists, round
     }
     let cpu: Vec<f64> = results[1].iter().zip(&results[0]).map(|(b, a)| b.cpu_us / a.cpu_us).collect();
     rows.push(vec!["router + shards CPU per request (µs)".into(), format!("{:.0}", med(&results[0].iter().map(|r| r.cpu_us).collect::<Vec<_>>())), format!("{:.0}", med(&results[1].iter().map(|r| r.cpu_us).collect::<Vec<_>>())), spread(&cpu), format!("{rounds} rounds × {} requests", 3 * n + lists)]);
-    s.table(&["measure", "A: without", "B: with", "B/A median (least–most)", "samples"], &rows);
+    s.table(&["measure", "A: without", "B: with", "B/A median (interval, or least–most)", "samples"], &rows);
     if !profiles.is_empty() {
         s.line(profiles);
     }

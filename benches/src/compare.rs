@@ -2,19 +2,20 @@
 //! every target? Issue #24 asks that two consecutive full runs agree; this is how that is
 //! checked, from the reports alone, so any two committed runs can be compared later.
 
+use crate::report::Verdict;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// One target row of a report: what was measured and whether it was met.
+/// One target row of a report: what was measured and the run's verdict.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Verdict {
+pub struct Row {
     pub measured: String,
-    pub met: bool,
+    pub verdict: Verdict,
 }
 
 /// Every target row of a rendered report (`report::Section::render`'s tables), keyed by
 /// `section :: target`. Rows of other tables are not targets and are skipped.
-pub fn verdicts(report: &str) -> BTreeMap<String, Verdict> {
+pub fn verdicts(report: &str) -> BTreeMap<String, Row> {
     let mut out = BTreeMap::new();
     let (mut section, mut in_targets) = (String::new(), false);
     for line in report.lines() {
@@ -28,8 +29,10 @@ pub fn verdicts(report: &str) -> BTreeMap<String, Verdict> {
                 continue; // the rule under the header
             }
             let cells: Vec<&str> = line.trim_matches('|').split(" | ").map(str::trim).collect();
-            if let [what, measured, .., met] = cells.as_slice() {
-                out.insert(format!("{section} :: {what}"), Verdict { measured: (*measured).to_owned(), met: *met == "**yes**" });
+            if let [what, measured, .., met] = cells.as_slice()
+                && let Some(verdict) = Verdict::from_cell(met)
+            {
+                out.insert(format!("{section} :: {what}"), Row { measured: (*measured).to_owned(), verdict });
             }
         } else {
             in_targets = false;
@@ -43,13 +46,13 @@ pub fn compare(old: &str, new: &str) -> (String, bool) {
     let (a, b) = (verdicts(old), verdicts(new));
     let mut rows = String::from("| target | first run | second run | verdicts |\n|---|---|---|---|\n");
     let (mut same, mut total) = (0, 0);
-    let yes_no = |v: Option<&Verdict>| v.map_or_else(|| "(absent)".to_owned(), |v| format!("{} ({})", if v.met { "yes" } else { "no" }, v.measured));
+    let cell = |v: Option<&Row>| v.map_or_else(|| "(absent)".to_owned(), |v| format!("{} ({})", v.verdict.word(), v.measured));
     for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
         let (x, y) = (a.get(key), b.get(key));
-        let agree = matches!((x, y), (Some(x), Some(y)) if x.met == y.met);
+        let agree = matches!((x, y), (Some(x), Some(y)) if x.verdict == y.verdict);
         total += 1;
         same += usize::from(agree);
-        rows.push_str(&format!("| {key} | {} | {} | {} |\n", yes_no(x), yes_no(y), if agree { "agree" } else { "**differ**" }));
+        rows.push_str(&format!("| {key} | {} | {} | {} |\n", cell(x), cell(y), if agree { "agree" } else { "**differ**" }));
     }
     (format!("{same} of {total} verdicts agree.\n\n{rows}"), same == total && total > 0)
 }
@@ -70,8 +73,9 @@ pub fn run(old: &Path, new: &Path) -> ! {
 mod tests {
     use super::*;
     use crate::report::Section;
+    use Verdict::*;
 
-    fn report(met: &[bool]) -> String {
+    fn report(met: &[Verdict]) -> String {
         let mut s = Section::new("write");
         s.line("| operation | ops/s |\n|---|---|\n| create | 10 |\n");
         for (i, m) in met.iter().enumerate() {
@@ -82,20 +86,23 @@ mod tests {
 
     #[test]
     fn verdicts_are_read_back_from_a_rendered_section() {
-        let v = verdicts(&report(&[true, false]));
-        assert_eq!(v.len(), 2, "{v:?}");
-        assert_eq!(v["write :: target 0, of a pair"].met, true);
-        assert_eq!(v["write :: target 1, of a pair"], Verdict { measured: "1%".into(), met: false });
+        let v = verdicts(&report(&[Met, Missed, Unsettled]));
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert_eq!(v["write :: target 0, of a pair"].verdict, Met);
+        assert_eq!(v["write :: target 1, of a pair"], Row { measured: "1%".into(), verdict: Missed });
+        assert_eq!(v["write :: target 2, of a pair"].verdict, Unsettled);
     }
 
     #[test]
     fn reports_agree_only_when_every_verdict_is_the_same() {
-        assert!(compare(&report(&[true, false]), &report(&[true, false])).1);
-        let (text, agree) = compare(&report(&[true, false]), &report(&[true, true]));
+        assert!(compare(&report(&[Met, Unsettled]), &report(&[Met, Unsettled])).1);
+        let (text, agree) = compare(&report(&[Met, Missed]), &report(&[Met, Met]));
         assert!(!agree);
         assert!(text.starts_with("1 of 2 verdicts agree."), "{text}");
+        // Unsettled in one run and met in the other is a disagreement.
+        assert!(!compare(&report(&[Unsettled]), &report(&[Met])).1);
         // A target in one run only is a disagreement too.
-        assert!(!compare(&report(&[true]), &report(&[true, false])).1);
+        assert!(!compare(&report(&[Met]), &report(&[Met, Missed])).1);
         assert!(!compare("", "").1, "two reports without targets prove nothing");
     }
 }

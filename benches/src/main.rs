@@ -96,6 +96,12 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// How many interleaved pairs a comparison takes: `min`, then more while a target is
+    /// unsettled, up to `cap`; a smoke run takes one pair, which settles nothing.
+    pub fn pairs(&self, min: usize, cap: usize) -> report::PairBudget {
+        if self.smoke { report::PairBudget::SMOKE } else { report::PairBudget { min, cap } }
+    }
+
     /// A progress bar of `len` steps.
     pub fn bar(&self, len: u64, what: &str) -> ProgressBar {
         let b = self.progress.add(ProgressBar::new(len));
@@ -275,8 +281,15 @@ async fn main() {
         machine(),
         shardplane_testkit::store_description()
     ));
-    let met: Vec<&report::Target> = sections.iter().flat_map(|s| &s.targets).collect();
-    text.push_str(&format!("**Targets**: {} of {} met.\n\n", met.iter().filter(|t| t.met).count(), met.len()));
+    let targets: Vec<&report::Target> = sections.iter().flat_map(|s| &s.targets).collect();
+    let count = |v: report::Verdict| targets.iter().filter(|t| t.verdict == v).count();
+    text.push_str(&format!(
+        "**Targets**: {} of {} met, {} missed, {} unsettled (a comparison's interval still holds its goal after its last pair: RFC 0017).\n\n",
+        count(report::Verdict::Met),
+        targets.len(),
+        count(report::Verdict::Missed),
+        count(report::Verdict::Unsettled)
+    ));
     for s in &sections {
         text.push_str(&s.render());
     }

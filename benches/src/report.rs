@@ -4,12 +4,46 @@
 use plotters::prelude::*;
 use std::path::Path;
 
+/// What one run says of a target. A comparison whose interval (see [`Paired::interval`])
+/// still holds the goal after its last pair is *unsettled*: the run cannot tell, and says so
+/// rather than calling it met or missed on the side its median happened to fall (RFC 0017,
+/// "Verdicts across runs").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Met,
+    Missed,
+    Unsettled,
+}
+
+impl Verdict {
+    /// The word in a report's `met` column.
+    pub fn word(self) -> &'static str {
+        match self {
+            Verdict::Met => "yes",
+            Verdict::Missed => "no",
+            Verdict::Unsettled => "unsettled",
+        }
+    }
+
+    /// The verdict a report's `met` cell (`**yes**`, `**no**`, `**unsettled**`) spells.
+    pub fn from_cell(cell: &str) -> Option<Verdict> {
+        [Verdict::Met, Verdict::Missed, Verdict::Unsettled].into_iter().find(|v| cell.trim_matches('*') == v.word())
+    }
+}
+
+/// A target measured by one number (a count, a heap size) is met or missed.
+impl From<bool> for Verdict {
+    fn from(met: bool) -> Self {
+        if met { Verdict::Met } else { Verdict::Missed }
+    }
+}
+
 /// A target of the issue: the measured value against the goal.
 pub struct Target {
     pub what: String,
     pub measured: String,
     pub goal: String,
-    pub met: bool,
+    pub verdict: Verdict,
 }
 
 /// One scenario's part of RESULTS.md.
@@ -39,8 +73,8 @@ impl Section {
         self.line("");
     }
 
-    pub fn target(&mut self, what: impl Into<String>, measured: impl Into<String>, goal: impl Into<String>, met: bool) {
-        self.targets.push(Target { what: what.into(), measured: measured.into(), goal: goal.into(), met });
+    pub fn target(&mut self, what: impl Into<String>, measured: impl Into<String>, goal: impl Into<String>, verdict: impl Into<Verdict>) {
+        self.targets.push(Target { what: what.into(), measured: measured.into(), goal: goal.into(), verdict: verdict.into() });
     }
 
     pub fn render(&self) -> String {
@@ -48,7 +82,7 @@ impl Section {
         if !self.targets.is_empty() {
             s.push_str("| target | measured | goal | met |\n|---|---|---|---|\n");
             for t in &self.targets {
-                s.push_str(&format!("| {} | {} | {} | {} |\n", t.what, t.measured, t.goal, if t.met { "**yes**" } else { "**no**" }));
+                s.push_str(&format!("| {} | {} | {} | **{}** |\n", t.what, t.measured, t.goal, t.verdict.word()));
             }
             s.push('\n');
         }
@@ -100,8 +134,93 @@ pub fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
+/// The confidence a comparison's interval of the median is taken at.
+pub const CONFIDENCE: f64 = 0.95;
+
+/// Below this confidence (fewer than 5 pairs) a comparison decides nothing: it is unsettled.
+pub const LEAST_CONFIDENCE: f64 = 0.9;
+
+/// A goal on a compared quantity: the whole interval must lie on its side.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Goal {
+    AtLeast(f64),
+    AtMost(f64),
+}
+
+impl Goal {
+    /// Met when the interval lies on the goal's side, missed when it lies wholly beyond it,
+    /// unsettled when it holds the goal.
+    pub fn verdict(self, interval: Interval) -> Verdict {
+        if interval.confidence < LEAST_CONFIDENCE {
+            return Verdict::Unsettled;
+        }
+        let (good, bad) = match self {
+            Goal::AtLeast(g) => (interval.lo >= g, interval.hi < g),
+            Goal::AtMost(g) => (interval.hi <= g, interval.lo > g),
+        };
+        if good {
+            Verdict::Met
+        } else if bad {
+            Verdict::Missed
+        } else {
+            Verdict::Unsettled
+        }
+    }
+}
+
+/// An interval of the median from order statistics: the median lies in `lo..=hi` with at
+/// least `confidence`, whatever the samples' distribution.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Interval {
+    pub lo: f64,
+    pub hi: f64,
+    pub confidence: f64,
+}
+
+/// P(X ≤ j) for X ~ Binomial(n, 1/2).
+fn binomial_half_cdf(n: usize, j: usize) -> f64 {
+    let mut term = 0.5_f64.powi(n as i32); // C(n, 0) / 2^n
+    let mut sum = 0.0;
+    for i in 0..=j.min(n) {
+        sum += term;
+        term *= (n - i) as f64 / (i + 1) as f64;
+    }
+    sum
+}
+
+/// How every paired target is decided, said once in each report that has one: `unit` is what
+/// gives one sample (pair, round, move), `figures` what each sample is (ratios, added delays).
+pub fn verdict_rule(budget: PairBudget, unit: &str, figures: &str) -> String {
+    format!(
+        "A target's figure is the median of the {unit}s' {figures} and an interval of that median from order statistics: the k-th lowest to the k-th highest {unit}, with k the largest that gives {:.0}% confidence (lowest to highest when there are too few {unit}s for that: 94% with 5). \
+         It is met (**yes**) when the whole interval is on the goal's side, **no** when the whole interval is beyond it, and **unsettled** when the interval holds the goal: this run cannot tell. \
+         Each comparison takes {} {unit}s, and more while its target is unsettled, up to {}.",
+        100.0 * CONFIDENCE,
+        budget.min,
+        budget.cap
+    )
+}
+
+/// How many pairs a comparison takes: at least `min`, then more while a target's verdict is
+/// unsettled, up to `cap` (RFC 0017).
+#[derive(Clone, Copy, Debug)]
+pub struct PairBudget {
+    pub min: usize,
+    pub cap: usize,
+}
+
+impl PairBudget {
+    /// A smoke run's: one pair, decides nothing.
+    pub const SMOKE: PairBudget = PairBudget { min: 1, cap: 1 };
+
+    /// Whether to run another pair, given `taken` pairs and whether every target is settled.
+    pub fn more(self, taken: usize, settled: bool) -> bool {
+        taken < self.min || (!settled && taken < self.cap)
+    }
+}
+
 /// One comparison run as interleaved pairs (A, B in alternating order): each pair's ratio A / B.
-/// Its verdict is the spread's, not one number's.
+/// Its verdict is its interval's, not one number's.
 #[derive(Clone, Debug, Default)]
 pub struct Paired {
     pub ratios: Vec<f64>,
@@ -113,33 +232,41 @@ impl Paired {
         percentile(&mut self.ratios.clone(), 0.5)
     }
 
-    /// The lowest and highest pair's ratio.
-    pub fn spread(&self) -> (f64, f64) {
-        let lo = self.ratios.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = self.ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        (lo, hi)
+    /// The narrowest interval [k-th lowest, k-th highest] whose confidence is at least
+    /// [`CONFIDENCE`]; with too few pairs for that, lowest to highest at the confidence it has
+    /// (94% with 5 pairs; 97% with 6; 2nd lowest to 2nd highest of 11 is 99%).
+    pub fn interval(&self) -> Interval {
+        let mut r = self.ratios.clone();
+        r.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+        let n = r.len();
+        if n == 0 {
+            return Interval { lo: f64::NAN, hi: f64::NAN, confidence: 0.0 };
+        }
+        let confidence = |k: usize| 1.0 - 2.0 * binomial_half_cdf(n, k - 1);
+        let k = (1..=n.div_ceil(2)).rev().find(|&k| confidence(k) >= CONFIDENCE).unwrap_or(1);
+        Interval { lo: r[k - 1], hi: r[n - k], confidence: confidence(k).max(0.0) }
     }
 
-    /// `median (lowest to highest, n pairs)`, ratios as percentages.
+    /// This comparison's verdict against `goal`.
+    pub fn verdict(&self, goal: Goal) -> Verdict {
+        goal.verdict(self.interval())
+    }
+
+    /// `median (lo to hi, c% interval, n pairs)`, ratios as percentages.
     pub fn describe(&self) -> String {
-        let (lo, hi) = self.spread();
-        format!("{:.0}% ({:.0}% to {:.0}%, {} pairs)", 100.0 * self.median(), 100.0 * lo, 100.0 * hi, self.ratios.len())
+        let i = self.interval();
+        format!("{:.0}% ({:.0}% to {:.0}%, {:.0}% interval, {})", 100.0 * self.median(), 100.0 * i.lo, 100.0 * i.hi, 100.0 * i.confidence, self.count())
     }
 
-    /// `median× (lowest× to highest×, n pairs)`: for ratios that are multiples, not shares.
+    /// `median× (lo× to hi×, c% interval, n pairs)`: for ratios that are multiples, not shares.
     pub fn describe_times(&self) -> String {
-        let (lo, hi) = self.spread();
-        format!("{:.2}× ({lo:.2}× to {hi:.2}×, {} pairs)", self.median(), self.ratios.len())
+        let i = self.interval();
+        format!("{:.2}× ({:.2}× to {:.2}×, {:.0}% interval, {})", self.median(), i.lo, i.hi, 100.0 * i.confidence, self.count())
     }
 
-    /// Met only when every pair meets `goal`: the spread, not the median, decides.
-    pub fn all_at_least(&self, goal: f64) -> bool {
-        !self.ratios.is_empty() && self.spread().0 >= goal
-    }
-
-    /// Met only when no pair exceeds `goal` (for ratios where lower is better).
-    pub fn all_at_most(&self, goal: f64) -> bool {
-        !self.ratios.is_empty() && self.spread().1 <= goal
+    /// `n pairs` (`1 pair`).
+    fn count(&self) -> String {
+        format!("{} pair{}", self.ratios.len(), if self.ratios.len() == 1 { "" } else { "s" })
     }
 }
 
@@ -161,19 +288,56 @@ mod tests {
     }
 
     #[test]
-    fn a_paired_target_is_met_only_when_every_pair_meets_it() {
+    fn the_interval_of_the_median_is_taken_from_order_statistics() {
         let p = Paired { ratios: vec![0.85, 0.79, 0.9, 0.95, 0.88] };
         assert_eq!(p.median(), 0.88);
-        assert_eq!(p.spread(), (0.79, 0.95));
-        // The median meets 0.8; one pair does not, so the target is not met.
-        assert!(!p.all_at_least(0.8));
-        assert!(p.all_at_least(0.79));
-        assert_eq!(p.describe(), "88% (79% to 95%, 5 pairs)");
-        assert!(!Paired::default().all_at_least(0.0), "no pairs meet nothing");
-        // Lower is better: one pair above the goal decides.
-        assert!(!p.all_at_most(0.9));
-        assert!(p.all_at_most(0.95));
-        assert!(!Paired::default().all_at_most(f64::INFINITY));
-        assert_eq!(p.describe_times(), "0.88× (0.79× to 0.95×, 5 pairs)");
+        // Five pairs: lowest to highest is the only interval, at 1 - 2/32.
+        assert_eq!(p.interval(), Interval { lo: 0.79, hi: 0.95, confidence: 0.9375 });
+        assert_eq!(p.describe(), "88% (79% to 95%, 94% interval, 5 pairs)");
+        assert_eq!(p.describe_times(), "0.88× (0.79× to 0.95×, 94% interval, 5 pairs)");
+        // Eleven pairs: the 2nd lowest to the 2nd highest, at 1 - 2·12/2048.
+        let p = Paired { ratios: (1..=11).map(f64::from).collect() };
+        let i = p.interval();
+        assert_eq!((i.lo, i.hi), (2.0, 10.0));
+        assert!((i.confidence - (1.0 - 24.0 / 2048.0)).abs() < 1e-12, "{i:?}");
+        // Twenty-one pairs: 6th to 16th (97.3%); the 7th to 15th would be only 92%.
+        let i = Paired { ratios: (1..=21).map(f64::from).collect() }.interval();
+        assert_eq!((i.lo, i.hi), (6.0, 16.0));
+        assert!(i.confidence >= CONFIDENCE && i.confidence < 0.98, "{i:?}");
+    }
+
+    #[test]
+    fn a_target_is_met_or_missed_only_when_its_interval_says_so() {
+        let p = Paired { ratios: vec![0.85, 0.79, 0.9, 0.95, 0.88] };
+        // The median meets 0.8; the interval holds 0.8, so the run cannot tell.
+        assert_eq!(p.verdict(Goal::AtLeast(0.8)), Verdict::Unsettled);
+        assert_eq!(p.verdict(Goal::AtLeast(0.79)), Verdict::Met);
+        assert_eq!(p.verdict(Goal::AtLeast(0.96)), Verdict::Missed);
+        // Lower is better.
+        assert_eq!(p.verdict(Goal::AtMost(0.9)), Verdict::Unsettled);
+        assert_eq!(p.verdict(Goal::AtMost(0.95)), Verdict::Met);
+        assert_eq!(p.verdict(Goal::AtMost(0.78)), Verdict::Missed);
+        // Fewer than five pairs decide nothing, however far from the goal.
+        let few = Paired { ratios: vec![5.0, 5.1, 5.2, 5.3] };
+        assert_eq!(few.verdict(Goal::AtLeast(1.0)), Verdict::Unsettled);
+        assert_eq!(Paired::default().verdict(Goal::AtLeast(0.0)), Verdict::Unsettled);
+    }
+
+    #[test]
+    fn pairs_are_added_while_unsettled_up_to_the_cap() {
+        let b = PairBudget { min: 5, cap: 11 };
+        assert!(b.more(4, true), "never fewer than min");
+        assert!(!b.more(5, true), "settled at min: stop");
+        assert!(b.more(5, false) && b.more(10, false), "unsettled: add pairs");
+        assert!(!b.more(11, false), "at the cap: stop, unsettled");
+        assert!(!PairBudget::SMOKE.more(1, false));
+    }
+
+    #[test]
+    fn verdict_cells_round_trip() {
+        for v in [Verdict::Met, Verdict::Missed, Verdict::Unsettled] {
+            assert_eq!(Verdict::from_cell(&format!("**{}**", v.word())), Some(v));
+        }
+        assert_eq!(Verdict::from_cell("maybe"), None);
     }
 }
