@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 const NS: &str = "moving";
 /// Writes per second while measuring.
 const RATE: u64 = 200;
-/// Moves, each paired with the steady window before it: 5, and up to 11 while the target is
-/// unsettled.
-const ROUNDS: PairBudget = PairBudget { min: 5, cap: 11 };
+/// Moves, each paired with the steady window before it: 8 (the fewest that can settle at 99%),
+/// and up to 12 while the target is unsettled.
+const ROUNDS: PairBudget = PairBudget { min: 8, cap: 12 };
 /// A move may at most double the writes' p99.
 const GOAL: Goal = Goal::AtMost(2.0);
 

@@ -134,11 +134,15 @@ pub fn percentile(v: &mut [f64], p: f64) -> f64 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-/// The confidence a comparison's interval of the median is taken at.
-pub const CONFIDENCE: f64 = 0.95;
+/// The confidence a comparison's interval of the median is taken at; an interval below it
+/// (fewer than [`least_pairs`] pairs) decides nothing. 99%, not 95%: two runs of ~20 paired
+/// targets at 95% disagreed on 4 (RFC 0017, "Verdicts across runs").
+pub const CONFIDENCE: f64 = 0.99;
 
-/// Below this confidence (fewer than 5 pairs) a comparison decides nothing: it is unsettled.
-pub const LEAST_CONFIDENCE: f64 = 0.9;
+/// The fewest pairs whose lowest-to-highest interval reaches [`CONFIDENCE`] (8 at 99%).
+pub fn least_pairs() -> usize {
+    (1..).find(|&n| 1.0 - 2.0 * 0.5_f64.powi(n as i32) >= CONFIDENCE).expect("some n reaches any confidence below 1")
+}
 
 /// A goal on a compared quantity: the whole interval must lie on its side.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -151,7 +155,7 @@ impl Goal {
     /// Met when the interval lies on the goal's side, missed when it lies wholly beyond it,
     /// unsettled when it holds the goal.
     pub fn verdict(self, interval: Interval) -> Verdict {
-        if interval.confidence < LEAST_CONFIDENCE {
+        if interval.confidence < CONFIDENCE {
             return Verdict::Unsettled;
         }
         let (good, bad) = match self {
@@ -192,10 +196,11 @@ fn binomial_half_cdf(n: usize, j: usize) -> f64 {
 /// gives one sample (pair, round, move), `figures` what each sample is (ratios, added delays).
 pub fn verdict_rule(budget: PairBudget, unit: &str, figures: &str) -> String {
     format!(
-        "A target's figure is the median of the {unit}s' {figures} and an interval of that median from order statistics: the k-th lowest to the k-th highest {unit}, with k the largest that gives {:.0}% confidence (lowest to highest when there are too few {unit}s for that: 94% with 5). \
+        "A target's figure is the median of the {unit}s' {figures} and an interval of that median from order statistics: the k-th lowest to the k-th highest {unit}, with k the largest that gives {:.0}% confidence; fewer than {} {unit}s reach it with no k, and decide nothing. \
          It is met (**yes**) when the whole interval is on the goal's side, **no** when the whole interval is beyond it, and **unsettled** when the interval holds the goal: this run cannot tell. \
          Each comparison takes {} {unit}s, and more while its target is unsettled, up to {}.",
         100.0 * CONFIDENCE,
+        least_pairs(),
         budget.min,
         budget.cap
     )
@@ -234,7 +239,8 @@ impl Paired {
 
     /// The narrowest interval [k-th lowest, k-th highest] whose confidence is at least
     /// [`CONFIDENCE`]; with too few pairs for that, lowest to highest at the confidence it has
-    /// (94% with 5 pairs; 97% with 6; 2nd lowest to 2nd highest of 11 is 99%).
+    /// (94% with 5 pairs, 99.2% with 8; the 2nd lowest to the 2nd highest first reaches 99% with
+    /// 12 pairs).
     pub fn interval(&self) -> Interval {
         let mut r = self.ratios.clone();
         r.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
@@ -295,20 +301,23 @@ mod tests {
         assert_eq!(p.interval(), Interval { lo: 0.79, hi: 0.95, confidence: 0.9375 });
         assert_eq!(p.describe(), "88% (79% to 95%, 94% interval, 5 pairs)");
         assert_eq!(p.describe_times(), "0.88× (0.79× to 0.95×, 94% interval, 5 pairs)");
-        // Eleven pairs: the 2nd lowest to the 2nd highest, at 1 - 2·12/2048.
-        let p = Paired { ratios: (1..=11).map(f64::from).collect() };
-        let i = p.interval();
-        assert_eq!((i.lo, i.hi), (2.0, 10.0));
-        assert!((i.confidence - (1.0 - 24.0 / 2048.0)).abs() < 1e-12, "{i:?}");
-        // Twenty-one pairs: 6th to 16th (97.3%); the 7th to 15th would be only 92%.
+        assert_eq!(least_pairs(), 8, "1 - 2/256 is the first lowest-to-highest interval at 99%");
+        // Eleven pairs: 2nd to 10th is only 98.8%, so lowest to highest.
+        let i = Paired { ratios: (1..=11).map(f64::from).collect() }.interval();
+        assert_eq!((i.lo, i.hi), (1.0, 11.0));
+        // Twelve pairs: the 2nd lowest to the 2nd highest, at 1 - 2·13/4096.
+        let i = Paired { ratios: (1..=12).map(f64::from).collect() }.interval();
+        assert_eq!((i.lo, i.hi), (2.0, 11.0));
+        assert!((i.confidence - (1.0 - 26.0 / 4096.0)).abs() < 1e-12, "{i:?}");
+        // Twenty-one pairs: 5th to 17th (99.3%); the 6th to 16th would be only 97%.
         let i = Paired { ratios: (1..=21).map(f64::from).collect() }.interval();
-        assert_eq!((i.lo, i.hi), (6.0, 16.0));
-        assert!(i.confidence >= CONFIDENCE && i.confidence < 0.98, "{i:?}");
+        assert_eq!((i.lo, i.hi), (5.0, 17.0));
+        assert!(i.confidence >= CONFIDENCE && i.confidence < 0.995, "{i:?}");
     }
 
     #[test]
     fn a_target_is_met_or_missed_only_when_its_interval_says_so() {
-        let p = Paired { ratios: vec![0.85, 0.79, 0.9, 0.95, 0.88] };
+        let p = Paired { ratios: vec![0.85, 0.79, 0.9, 0.95, 0.88, 0.86, 0.87, 0.91] };
         // The median meets 0.8; the interval holds 0.8, so the run cannot tell.
         assert_eq!(p.verdict(Goal::AtLeast(0.8)), Verdict::Unsettled);
         assert_eq!(p.verdict(Goal::AtLeast(0.79)), Verdict::Met);
@@ -317,8 +326,8 @@ mod tests {
         assert_eq!(p.verdict(Goal::AtMost(0.9)), Verdict::Unsettled);
         assert_eq!(p.verdict(Goal::AtMost(0.95)), Verdict::Met);
         assert_eq!(p.verdict(Goal::AtMost(0.78)), Verdict::Missed);
-        // Fewer than five pairs decide nothing, however far from the goal.
-        let few = Paired { ratios: vec![5.0, 5.1, 5.2, 5.3] };
+        // Fewer than eight pairs decide nothing, however far from the goal.
+        let few = Paired { ratios: vec![5.0, 5.1, 5.2, 5.3, 5.4, 5.5, 5.6] };
         assert_eq!(few.verdict(Goal::AtLeast(1.0)), Verdict::Unsettled);
         assert_eq!(Paired::default().verdict(Goal::AtLeast(0.0)), Verdict::Unsettled);
     }

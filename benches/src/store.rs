@@ -178,7 +178,7 @@ struct Figures {
 
 pub async fn run(ctx: &Ctx) -> Section {
     let n = if ctx.smoke { 200 } else { 5_000 };
-    let budget = if ctx.smoke { PairBudget { min: 2, cap: 2 } } else { ctx.pairs(5, 11) };
+    let budget = if ctx.smoke { PairBudget { min: 2, cap: 2 } } else { ctx.pairs(8, 12) };
     let keys = if ctx.smoke { 1_000 } else { 50_000 };
     let k = 2;
     let c = http();

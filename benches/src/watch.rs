@@ -186,8 +186,8 @@ async fn phase(base: Option<&str>, endpoint: &str, servers: &[u32], watchers: us
 /// Rounds of the three paths at each watcher count (each round runs every path once, in an
 /// order that rotates from round to round): at least this many, more while the target is
 /// unsettled, up to ROUNDS_CAP.
-const ROUNDS: usize = 5;
-const ROUNDS_CAP: usize = 11;
+const ROUNDS: usize = 8;
+const ROUNDS_CAP: usize = 12;
 /// The router may add at most this much to one shard's p99 delay.
 const GOAL_ADDED_MS: f64 = 5.0;
 
