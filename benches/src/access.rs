@@ -11,7 +11,7 @@
 
 use crate::Ctx;
 use crate::cluster::{Topology, cpu_seconds};
-use crate::report::{Goal, PairBudget, Paired, Section, Verdict, percentile};
+use crate::report::{Goal, PairBudget, Paired, Section, percentile};
 use crate::write::{CONCURRENCY, rate};
 use serde_json::json;
 use std::time::Instant;
@@ -173,7 +173,7 @@ pub async fn compare(ctx: &Ctx, sides: [Side; 2], c: &Compared, (n, lists, budge
     let mut results: [Vec<Round>; 2] = [Vec::new(), Vec::new()];
     let throughputs: [(&str, fn(&Round) -> f64); 3] = [("creates/s", |r| r.create), ("GETs/s", |r| r.get), ("deletes/s", |r| r.delete)];
     let ratios = |results: &[Vec<Round>; 2], f: fn(&Round) -> f64| Paired { ratios: results[1].iter().zip(&results[0]).map(|(b, a)| f(b) / f(a)).collect() };
-    let settled = |results: &[Vec<Round>; 2]| throughputs.iter().all(|(_, f)| ratios(results, *f).verdict(GOAL) != Verdict::Unsettled);
+    let settled = |results: &[Vec<Round>; 2]| throughputs.iter().all(|(_, f)| ratios(results, *f).settled(GOAL));
     let mut r = 0;
     while budget.more(r, settled(&results)) {
         if r >= budget.min {

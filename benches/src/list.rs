@@ -83,7 +83,7 @@ async fn time_side_by_side(a: &str, b: &str, path: &str, paged: bool, budget: Pa
     let mut times = [Vec::new(), Vec::new()];
     let mut pairs = Paired::default();
     let mut i = 0;
-    while budget.more(i, pairs.verdict(GOAL_AT_MOST) != Verdict::Unsettled) {
+    while budget.more(i, pairs.settled(GOAL_AT_MOST)) {
         let mut pair = [0.0; 2];
         let order = if i % 2 == 0 { [0, 1] } else { [1, 0] };
         for side in order {

@@ -81,7 +81,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     assert!(ns.status().is_success(), "namespace: {}", ns.status());
     let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.expect("etcd");
     crate::cluster::wait_members_loaded(&storage, 4, Duration::from_secs(120)).await;
-    let budget = if ctx.smoke { PairBudget { min: 2, cap: 2 } } else { ctx.pairs(ROUNDS.min, ROUNDS.cap) };
+    let budget = if ctx.smoke { PairBudget::fixed(2) } else { ctx.pairs(ROUNDS.min, ROUNDS.cap) };
     let spinner = ctx.spinner("move: a quarter of the objects, moves there and back under writes");
     let samples = Arc::new(Mutex::new(Vec::new()));
     let stop = tokio_util::sync::CancellationToken::new();
@@ -104,7 +104,7 @@ pub async fn run(ctx: &Ctx) -> Section {
             let samples = samples.lock().unwrap();
             Paired { ratios: windows.iter().map(|(q, s, e, ..)| p99_ratio(&samples, *q, *s, *e)).collect() }
         };
-        if !budget.more(round, so_far.verdict(GOAL) != Verdict::Unsettled) {
+        if !budget.more(round, so_far.settled(GOAL)) {
             break;
         }
         let to = if round % 2 == 0 { "shard-1" } else { "shard-0" };

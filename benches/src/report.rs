@@ -216,7 +216,12 @@ pub struct PairBudget {
 
 impl PairBudget {
     /// A smoke run's: one pair, decides nothing.
-    pub const SMOKE: PairBudget = PairBudget { min: 1, cap: 1 };
+    pub const SMOKE: PairBudget = PairBudget::fixed(1);
+
+    /// Exactly `n` pairs, settled or not.
+    pub const fn fixed(n: usize) -> PairBudget {
+        PairBudget { min: n, cap: n }
+    }
 
     /// Whether to run another pair, given `taken` pairs and whether every target is settled.
     pub fn more(self, taken: usize, settled: bool) -> bool {
@@ -256,6 +261,11 @@ impl Paired {
     /// This comparison's verdict against `goal`.
     pub fn verdict(&self, goal: Goal) -> Verdict {
         goal.verdict(self.interval())
+    }
+
+    /// Whether this comparison has settled against `goal` (met or missed): no more pairs needed.
+    pub fn settled(&self, goal: Goal) -> bool {
+        self.verdict(goal) != Verdict::Unsettled
     }
 
     /// `median (lo to hi, c% interval, n pairs)`, ratios as percentages.

@@ -178,7 +178,7 @@ struct Figures {
 
 pub async fn run(ctx: &Ctx) -> Section {
     let n = if ctx.smoke { 200 } else { 5_000 };
-    let budget = if ctx.smoke { PairBudget { min: 2, cap: 2 } } else { ctx.pairs(8, 12) };
+    let budget = if ctx.smoke { PairBudget::fixed(2) } else { ctx.pairs(8, 12) };
     let keys = if ctx.smoke { 1_000 } else { 50_000 };
     let k = 2;
     let c = http();
@@ -195,7 +195,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     let bar = ctx.bar((budget.min * backends.len()) as u64, "store: rounds on etcd and on the embedded store");
     // Each round's embedded / etcd ratio of one measure.
     let paired = |figures: &[Figures], get: fn(&Figures) -> &Vec<f64>| Paired { ratios: get(&figures[1]).iter().zip(get(&figures[0])).map(|(m, e)| m / e).collect() };
-    let settled = |figures: &[Figures]| [paired(figures, |f| &f.creates), paired(figures, |f| &f.router_watch)].iter().all(|p| p.verdict(GOAL) != Verdict::Unsettled);
+    let settled = |figures: &[Figures]| [paired(figures, |f| &f.creates), paired(figures, |f| &f.router_watch)].iter().all(|p| p.settled(GOAL));
     let mut round = 0;
     while budget.more(round, settled(&figures)) {
         if round >= budget.min {

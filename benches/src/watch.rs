@@ -9,7 +9,7 @@
 
 use crate::Ctx;
 use crate::cluster::{Topology, cpu_seconds, http};
-use crate::report::{Goal, PairBudget, Paired, Section, Series, Verdict, line_plot, percentile};
+use crate::report::{Goal, PairBudget, Paired, Section, Series, line_plot, percentile};
 use futures::StreamExt;
 use serde_json::json;
 use shardplane_apimachinery::encode::object_bytes;
@@ -195,7 +195,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     let k: u32 = if ctx.smoke { 2 } else { 4 };
     let counts: Vec<usize> = if ctx.smoke { vec![1, 10] } else { vec![1, 100, 1000] };
     let (writes, rate) = if ctx.smoke { (30, 100) } else { (300, 100) };
-    let budget = if ctx.smoke { PairBudget { min: 2, cap: 2 } } else { ctx.pairs(ROUNDS, ROUNDS_CAP) };
+    let budget = if ctx.smoke { PairBudget::fixed(2) } else { ctx.pairs(ROUNDS, ROUNDS_CAP) };
     let goal = Goal::AtMost(GOAL_ADDED_MS);
     let etcd = crate::start_etcd().await;
     let mut s = Section::new("watch");
@@ -222,7 +222,7 @@ pub async fn run(ctx: &Ctx) -> Section {
         let mut complete = [0usize; 3];
         let mut round = 0;
         let mut rounds_added = Paired::default();
-        while budget.more(round, rounds_added.verdict(goal) != Verdict::Unsettled) {
+        while budget.more(round, rounds_added.settled(goal)) {
             for j in 0..paths.len() {
                 let path = paths[(round + j) % paths.len()];
                 let mut ph = phase(base(path).as_deref(), &etcd.endpoint, &servers, w, first, writes, rate).await;

@@ -8,7 +8,7 @@
 
 use crate::Ctx;
 use crate::cluster::{Topology, cpu_seconds, http};
-use crate::report::{Goal, PairBudget, Paired, Section, Verdict};
+use crate::report::{Goal, PairBudget, Paired, Section};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -277,7 +277,7 @@ async fn run_variant(ctx: &Ctx, disk: Disk, k: u32, n: usize, budget: PairBudget
     let bar = ctx.bar((warm + budget.min) as u64, &format!("write ({}): interleaved pairs", disk.label()));
     let mut v = Variant { disk, n, router: Vec::new(), etcd: Vec::new(), compare: Vec::new(), profile: String::new() };
     let mut etcd_rounds = 0u64;
-    let settled = |v: &Variant| settle.is_none_or(|goal| (0..OPS.len()).all(|op| paired(&v.router, &v.etcd, op).verdict(goal) != Verdict::Unsettled));
+    let settled = |v: &Variant| settle.is_none_or(|goal| (0..OPS.len()).all(|op| paired(&v.router, &v.etcd, op).settled(goal)));
     let mut pair = 0;
     while pair < warm || budget.more(pair - warm, settled(&v)) {
         if pair >= warm + budget.min {
