@@ -185,9 +185,8 @@ async fn phase(base: Option<&str>, endpoint: &str, servers: &[u32], watchers: us
 
 /// Rounds of the three paths at each watcher count (each round runs every path once, in an
 /// order that rotates from round to round): at least this many, more while the target is
-/// unsettled, up to ROUNDS_CAP.
-const ROUNDS: usize = 8;
-const ROUNDS_CAP: usize = 12;
+/// unsettled, up to the cap.
+const ROUNDS: PairBudget = PairBudget { min: 8, cap: 12 };
 /// The router may add at most this much to one shard's p99 delay.
 const GOAL_ADDED_MS: f64 = 5.0;
 
@@ -195,7 +194,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     let k: u32 = if ctx.smoke { 2 } else { 4 };
     let counts: Vec<usize> = if ctx.smoke { vec![1, 10] } else { vec![1, 100, 1000] };
     let (writes, rate) = if ctx.smoke { (30, 100) } else { (300, 100) };
-    let budget = if ctx.smoke { PairBudget::fixed(2) } else { ctx.pairs(ROUNDS, ROUNDS_CAP) };
+    let budget = if ctx.smoke { PairBudget::fixed(2) } else { ctx.pairs(ROUNDS.min, ROUNDS.cap) };
     let goal = Goal::AtMost(GOAL_ADDED_MS);
     let etcd = crate::start_etcd().await;
     let mut s = Section::new("watch");
