@@ -27,7 +27,10 @@ def core(api_client):
 @pytest.fixture
 def ns(core, request):
     base = request.node.name.split("[")[0].replace("_", "-")[:40].strip("-")
-    name = f"{base}-{uuid.uuid4().hex[:5]}"
+    # Ten hex digits (51 characters at most): a parametrized test shares its base over a hundred
+    # cases, and with five digits (2^20 names) 101 cases collide in about 0.5% of runs (a CI run
+    # met one: AlreadyExists in this fixture).
+    name = f"{base}-{uuid.uuid4().hex[:10]}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     try:
