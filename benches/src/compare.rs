@@ -41,20 +41,54 @@ pub fn verdicts(report: &str) -> BTreeMap<String, Row> {
     out
 }
 
+/// How two runs' verdicts on one target relate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Agreement {
+    /// The same verdict in both.
+    Same,
+    /// One run settled (met or missed), the other's interval held the goal: the second
+    /// run does not deny the first, it does not confirm it either.
+    OneUnsettled,
+    /// Met in one run, missed in the other, or measured in one run only.
+    Contradict,
+}
+
+impl Agreement {
+    fn of(x: Option<&Row>, y: Option<&Row>) -> Agreement {
+        match (x.map(|r| r.verdict), y.map(|r| r.verdict)) {
+            (Some(a), Some(b)) if a == b => Agreement::Same,
+            (Some(Verdict::Unsettled), Some(_)) | (Some(_), Some(Verdict::Unsettled)) => Agreement::OneUnsettled,
+            _ => Agreement::Contradict,
+        }
+    }
+
+    fn cell(self) -> &'static str {
+        match self {
+            Agreement::Same => "agree",
+            Agreement::OneUnsettled => "**differ** (one unsettled)",
+            Agreement::Contradict => "**contradict**",
+        }
+    }
+}
+
 /// The comparison as Markdown, and whether every target is in both reports with one verdict.
+/// The first line counts the three kinds of [`Agreement`], so a reader sees at once whether
+/// the runs differ by a verdict one of them did not settle or contradict each other.
 pub fn compare(old: &str, new: &str) -> (String, bool) {
     let (a, b) = (verdicts(old), verdicts(new));
     let mut rows = String::from("| target | first run | second run | verdicts |\n|---|---|---|---|\n");
-    let (mut same, mut total) = (0, 0);
+    let mut counts = [0usize; 3];
     let cell = |v: Option<&Row>| v.map_or_else(|| "(absent)".to_owned(), |v| format!("{} ({})", v.verdict.word(), v.measured));
     for key in a.keys().chain(b.keys().filter(|k| !a.contains_key(*k))) {
         let (x, y) = (a.get(key), b.get(key));
-        let agree = matches!((x, y), (Some(x), Some(y)) if x.verdict == y.verdict);
-        total += 1;
-        same += usize::from(agree);
-        rows.push_str(&format!("| {key} | {} | {} | {} |\n", cell(x), cell(y), if agree { "agree" } else { "**differ**" }));
+        let agreement = Agreement::of(x, y);
+        counts[agreement as usize] += 1;
+        rows.push_str(&format!("| {key} | {} | {} | {} |\n", cell(x), cell(y), agreement.cell()));
     }
-    (format!("{same} of {total} verdicts agree.\n\n{rows}"), same == total && total > 0)
+    let total: usize = counts.iter().sum();
+    let [same, one_unsettled, contradict] = counts;
+    let head = format!("{same} of {total} verdicts agree; {one_unsettled} differ with one run unsettled; {contradict} contradict (met in one run, missed in the other, or in one run only).");
+    (format!("{head}\n\n{rows}"), same == total && total > 0)
 }
 
 /// Reads both reports, prints the comparison; exits 1 when a verdict differs or a target is
@@ -98,11 +132,16 @@ mod tests {
         assert!(compare(&report(&[Met, Unsettled]), &report(&[Met, Unsettled])).1);
         let (text, agree) = compare(&report(&[Met, Missed]), &report(&[Met, Met]));
         assert!(!agree);
-        assert!(text.starts_with("1 of 2 verdicts agree."), "{text}");
-        // Unsettled in one run and met in the other is a disagreement.
-        assert!(!compare(&report(&[Unsettled]), &report(&[Met])).1);
-        // A target in one run only is a disagreement too.
-        assert!(!compare(&report(&[Met]), &report(&[Met, Missed])).1);
+        assert!(text.starts_with("1 of 2 verdicts agree; 0 differ with one run unsettled; 1 contradict"), "{text}");
+        assert!(text.contains("| write :: target 1, of a pair | no (1%) | yes (1%) | **contradict** |"), "{text}");
+        // Unsettled in one run and met in the other is a disagreement, counted apart.
+        let (text, agree) = compare(&report(&[Unsettled, Missed]), &report(&[Met, Unsettled]));
+        assert!(!agree);
+        assert!(text.starts_with("0 of 2 verdicts agree; 2 differ with one run unsettled; 0 contradict"), "{text}");
+        // A target in one run only contradicts: one run claims what the other never measured.
+        let (text, agree) = compare(&report(&[Met]), &report(&[Met, Missed]));
+        assert!(!agree);
+        assert!(text.starts_with("1 of 2 verdicts agree; 0 differ with one run unsettled; 1 contradict"), "{text}");
         assert!(!compare("", "").1, "two reports without targets prove nothing");
     }
 }
