@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 const P99_LIMIT: f64 = 1.0;
 /// Tries a topology gets at a rung: it sustains N when one of them passes. Near a store's
 /// limit one try collapses and the next holds, so a single failed try moved a topology's
-/// largest N by a rung from run to run (RFC 0015, "Repeats").
+/// largest N by a rung from run to run (RFC 0015, "Measured").
 const TRIES_PER_RUNG: u32 = 2;
 /// Node heartbeats, as kubelets send them.
 const RENEW_EVERY: Duration = Duration::from_secs(10);
