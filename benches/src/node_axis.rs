@@ -397,7 +397,6 @@ impl Ladder {
     }
 }
 
-/// Runs both ladders and reports.
 /// A ratio against an at-least goal, where `floor` says the ratio is only a lower bound (the
 /// tier sustained the ladder's top, so it may sustain more): a floor below the goal settles
 /// nothing.
@@ -409,6 +408,34 @@ fn floor_verdict(ratio: f64, goal: f64, floor: bool) -> Verdict {
     }
 }
 
+/// Climbs one ladder: at each N in `steps`, every topology still on it gets up to
+/// [`TRIES_PER_RUNG`] tries (`try_at(setup, n, attempt)` runs one and says whether it held);
+/// a topology leaves the ladder at the first rung none of its tries held, and the ladder ends
+/// when none is left. A try that could not run ends the ladder with its error.
+async fn climb(steps: &[usize], setups: &[Setup], mut try_at: impl AsyncFnMut(Setup, usize, u32) -> Result<bool, String>) -> Result<(), String> {
+    let mut on_ladder = vec![true; setups.len()];
+    for &n in steps {
+        for (i, &setup) in setups.iter().enumerate() {
+            if !on_ladder[i] {
+                continue;
+            }
+            let mut held = false;
+            for attempt in 1..=TRIES_PER_RUNG {
+                held = try_at(setup, n, attempt).await?;
+                if held {
+                    break;
+                }
+            }
+            on_ladder[i] = held;
+        }
+        if !on_ladder.contains(&true) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Runs both ladders and reports.
 pub async fn run(ctx: &Ctx) -> Section {
     let window = if ctx.smoke { Duration::from_secs(3) } else { Duration::from_secs(40) };
     let steps = |full: &[usize]| if ctx.smoke { vec![10] } else if ctx.objects.is_empty() { full.to_vec() } else { ctx.objects.clone() };
@@ -417,34 +444,16 @@ pub async fn run(ctx: &Ctx) -> Section {
     let mut runs: Vec<Run> = Vec::new();
     let mut not_run: Option<String> = None;
     let ladders: Vec<Ladder> = ladders.into_iter().filter(|l| ctx.ladders.is_empty() || ctx.ladders.iter().any(|f| f == l.flag())).collect();
-    'ladders: for ladder in &ladders {
-        let mut failed = vec![false; setups.len()];
-        for &n in &ladder.steps {
-            for (i, &setup) in setups.iter().enumerate() {
-                if failed[i] {
-                    continue;
-                }
-                failed[i] = true;
-                for attempt in 1..=TRIES_PER_RUNG {
-                    match run_one(ctx, setup, n, window, ladder.budget).await {
-                        Ok(r) => {
-                            let held = r.sustained();
-                            runs.push(Run { attempt, ..r });
-                            if held {
-                                failed[i] = false;
-                                break;
-                            }
-                        }
-                        Err(why) => {
-                            not_run = Some(why);
-                            continue 'ladders;
-                        }
-                    }
-                }
-            }
-            if failed.iter().all(|f| *f) {
-                break;
-            }
+    for ladder in &ladders {
+        let climbed = climb(&ladder.steps, &setups, async |setup, n, attempt| {
+            let r = run_one(ctx, setup, n, window, ladder.budget).await?;
+            let held = r.sustained();
+            runs.push(Run { attempt, ..r });
+            Ok(held)
+        })
+        .await;
+        if let Err(why) = climbed {
+            not_run = Some(why);
         }
     }
     report(&runs, window, not_run)
@@ -614,4 +623,32 @@ mod tests {
         assert_eq!(largest_sustained(&of_ladder, Setup::OneShard), 4000, "both tries at 5000 failed");
         assert_eq!(largest_sustained(&of_ladder, Setup::RouterWithTier), 0);
     }
+
+    /// Climbs a ladder whose tries hold as `held` says, recording every try.
+    fn climb_with(steps: &[usize], setups: &[Setup], held: impl Fn(Setup, usize, u32) -> Result<bool, String>) -> (Vec<(Setup, usize, u32)>, Result<(), String>) {
+        let mut tries = Vec::new();
+        let out = tokio::runtime::Builder::new_current_thread().build().expect("a runtime").block_on(climb(steps, setups, async |s, n, a| {
+            tries.push((s, n, a));
+            held(s, n, a)
+        }));
+        (tries, out)
+    }
+
+    #[test]
+    fn a_failed_rung_is_tried_again_and_a_topology_leaves_after_two_failures() {
+        use Setup::*;
+        // One shard holds 4000 on its second try and fails 5000 twice; the router holds
+        // everything on its first try.
+        let (tries, out) = climb_with(&[4000, 5000, 6000], &[OneShard, Router], |s, n, a| Ok(s == Router || (n == 4000 && a == 2)));
+        assert_eq!(out, Ok(()));
+        assert_eq!(tries, vec![(OneShard, 4000, 1), (OneShard, 4000, 2), (Router, 4000, 1), (OneShard, 5000, 1), (OneShard, 5000, 2), (Router, 5000, 1), (Router, 6000, 1)]);
+        // The ladder ends at the first rung no topology held.
+        let (tries, _) = climb_with(&[4000, 5000], &[OneShard], |_, _, _| Ok(false));
+        assert_eq!(tries, vec![(OneShard, 4000, 1), (OneShard, 4000, 2)]);
+        // A try that could not run ends the ladder with its reason.
+        let (tries, out) = climb_with(&[4000, 5000], &[OneShard, Router], |s, _, _| if s == Router { Err("no cgroup".into()) } else { Ok(true) });
+        assert_eq!(out, Err("no cgroup".to_owned()));
+        assert_eq!(tries, vec![(OneShard, 4000, 1), (Router, 4000, 1)]);
+    }
+
 }
