@@ -9,6 +9,12 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+/// The servers' log filter: `SHARDPLANE_BENCH_LOG` when set (to see what a server does during a
+/// case, on the bench's stderr), errors only otherwise (logging costs CPU the figures count).
+pub fn server_log() -> String {
+    std::env::var("SHARDPLANE_BENCH_LOG").unwrap_or_else(|_| "error".to_owned())
+}
+
 /// Builds `shard-router` in the profile the benchmark itself was built in and returns its path
 /// (next to this binary).
 pub fn build_router() -> PathBuf {
@@ -95,7 +101,7 @@ impl Topology {
             .args(&access)
             .arg("--kubeconfig")
             .arg(dir.join("kubeconfig"))
-            .env("RUST_LOG", "error")
+            .env("RUST_LOG", server_log())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
@@ -165,7 +171,7 @@ impl StandaloneShard {
         let mut child = Command::new(router)
             .args(["shard", "--standalone", "--insecure-plain-http", "--id", "bench-baseline", "--etcd-endpoints", etcd, "--listen", "127.0.0.1:0", "--compaction-interval", "0", "--bookmark-interval", "60"])
             .env(shardplane_http::protocol::EXIT_WITH_STDIN, "1")
-            .env("RUST_LOG", "error")
+            .env("RUST_LOG", server_log())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

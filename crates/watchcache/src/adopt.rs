@@ -69,14 +69,21 @@ pub(crate) fn start_load(storage: Storage, codec: ObjectCodec, range: &KeyRange,
     });
 }
 
+/// The turn to read a page of a load: one page at a time in the whole process, held through
+/// the rest after it, so that the loads of every cache together (a shard takes a range over in
+/// all its caches at once) use at most about half a core, as one load alone does.
+static PAGE_TURN: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 /// Reads `r`'s objects at `at`, page by page (in pieces when it is large: RFC 0018), decoding
-/// as it goes; after each page it rests as long as the page took, so a load uses at most about
-/// half a core and the shard's requests (and everything else on the machine) keep their share.
+/// as it goes; after each page it rests as long as the page took, still holding the page turn,
+/// so loads use at most about half a core and the shard's requests (and everything else on the
+/// machine) keep their share.
 async fn load_paced(storage: &Storage, codec: &ObjectCodec, group: &str, plural: &str, followed: &RangeSet, r: HashRange, at: u64) -> Result<Vec<CachedObject>, StorageError> {
     let (start, end) = range_keys(group, plural, r);
     let mut reader = RangeReader::new(&start, &end, at, PAGE);
     let mut out = Vec::new();
     loop {
+        let _turn = PAGE_TURN.acquire().await.expect("never closed");
         let began = Instant::now();
         let Some(kvs) = reader.next_page(storage).await? else { return Ok(out) };
         out.extend(decode_all(codec, kvs.into_iter().filter(|kv| new_key(group, plural, followed, &kv.key))));

@@ -20,6 +20,10 @@ pub struct CacheConfig {
     pub watcher_buffer: usize,
 }
 
+/// How many notes of the synced revision a cache keeps, one a second: two minutes, more than
+/// any age [`WatchCache::revision_before`] is asked for (a move's backfill is 30 s).
+pub const MARKS_KEPT: usize = 120;
+
 impl Default for CacheConfig {
     fn default() -> Self {
         Self { history_max_events: 100_000, history_window: Duration::from_secs(150), watcher_buffer: 1024 }
@@ -166,6 +170,10 @@ struct Contents {
     /// ([`WatchCache::replace_with_past`]): when those changes happened is unknown, so they count as
     /// older than any age.
     backfilled_to: u64,
+    /// The synced revision as it was at moments a second or more apart, oldest first, at most
+    /// [`MARKS_KEPT`]: what [`WatchCache::revision_before`] answers when the history holds no
+    /// change as old as asked (a cache whose keys are idle still moves its revision on).
+    marks: VecDeque<(Instant, u64)>,
     synced: u64,
     ready: bool,
     bytes: usize,
@@ -241,6 +249,7 @@ impl WatchCache {
                 history: VecDeque::new(),
                 history_start: 0,
                 backfilled_to: 0,
+                marks: VecDeque::new(),
                 joined: Vec::new(),
                 synced: 0,
                 ready: false,
@@ -356,17 +365,22 @@ impl WatchCache {
         Self::evict(g, config);
     }
 
-    /// The newest revision the history had reached `age` ago (its start if it holds nothing
-    /// that old): every change after it is younger than `age`. Changes read back by
-    /// [`WatchCache::replace_with_past`] count as older than any age (their time is unknown; stamped
-    /// with their load time, they would make a range taken over soon after a load read the
-    /// whole backfilled history from etcd between two events, stalling the cache).
+    /// The newest revision the cache had reached `age` ago (the history's start if it knows
+    /// nothing that old): every change after it is younger than `age`. Known from the history's
+    /// events and from the synced revision noted once a second: a cache whose own keys have not
+    /// changed for longer than `age` still answers a revision from about `age` ago, not the one
+    /// it loaded at (a range taken over would otherwise read every change since the shard
+    /// started from etcd's history, more with every move: RFC 0006). Changes read back by
+    /// [`WatchCache::replace_with_past`] count as older than any age (their time is unknown;
+    /// stamped with their load time, they would make a range taken over soon after a load read
+    /// the whole backfilled history from etcd between two events, stalling the cache).
     pub fn revision_before(&self, age: Duration) -> u64 {
         let g = self.read();
         let Some(cutoff) = Instant::now().checked_sub(age) else { return g.history_start.max(g.backfilled_to) };
         let younger = g.history.partition_point(|e| e.at <= cutoff);
         let before = if younger == 0 { g.history_start } else { g.history[younger - 1].rv };
-        before.max(g.backfilled_to)
+        let marked = g.marks.iter().rev().find(|(at, _)| *at <= cutoff).map_or(0, |(_, rv)| *rv);
+        before.max(g.backfilled_to).max(marked)
     }
 
     /// The oldest revision from which the history has every change `filter` may select.
@@ -492,10 +506,23 @@ impl WatchCache {
         g.joined.retain(|(_, at)| *at > start);
     }
 
-    /// Evicts history older than the window (called periodically so an idle cache shrinks).
+    /// Evicts history older than the window (so an idle cache shrinks) and notes the synced
+    /// revision for [`WatchCache::revision_before`]; called once a second.
     pub fn evict_expired(&self) {
+        self.mark_time(Instant::now());
         let mut g = self.write();
         Self::evict(&mut g, &self.config);
+    }
+
+    /// Notes that the synced revision is what it is at `now` (the last [`MARKS_KEPT`] notes are
+    /// kept).
+    pub(crate) fn mark_time(&self, now: Instant) {
+        let mut g = self.write();
+        let synced = g.synced;
+        if g.marks.len() == MARKS_KEPT {
+            g.marks.pop_front();
+        }
+        g.marks.push_back((now, synced));
     }
 
     /// The cached object at (namespace, name), if any.

@@ -326,6 +326,37 @@ fn backfilled_history_counts_as_older_than_any_age() {
     assert_eq!(cache.revision_before(Duration::from_secs(3600)), 20);
 }
 
+/// A cache whose own keys stay idle still moves its revision on (progress marks, changes of
+/// keys it does not hold): asked for the revision of 30 s ago, it answers the synced revision
+/// it had then, not the one it loaded at, so a range taken over reads only the last 30 s of
+/// etcd's history, not everything since the shard started (which grew with every move).
+#[test]
+fn an_idle_cache_dates_its_revision_by_the_notes_taken_each_second() {
+    let cache = WatchCache::new(CacheConfig::default());
+    cache.replace(vec![obj("ns", "a", "red", 5)], 10);
+    let now = Instant::now();
+    let ago = |s: u64| now.checked_sub(Duration::from_secs(s)).expect("the clock is past a minute");
+    cache.mark_time(ago(50));
+    cache.progress(20);
+    cache.mark_time(ago(40));
+    cache.progress(30);
+    cache.mark_time(ago(20));
+    cache.progress(35);
+    assert_eq!(cache.revision_before(Duration::from_secs(30)), 20, "the revision it had 40 s ago, the newest note at least 30 s old");
+    assert_eq!(cache.revision_before(Duration::from_secs(45)), 10);
+    assert_eq!(cache.revision_before(Duration::from_secs(10)), 30);
+    assert_eq!(cache.revision_before(Duration::from_secs(3600)), 10, "nothing noted that old: the history's start");
+    // A change of its own keys after the notes dates from now.
+    cache.record(obj("ns", "a", "blue", 36), false);
+    assert_eq!(cache.revision_before(Duration::ZERO), 36);
+    assert_eq!(cache.revision_before(Duration::from_secs(30)), 20);
+    // The notes are bounded: the oldest go first.
+    for i in 0..MARKS_KEPT {
+        cache.mark_time(ago(30).checked_add(Duration::from_millis(i as u64)).unwrap());
+    }
+    assert_eq!(cache.revision_before(Duration::from_secs(35)), 10, "the notes from 40 s ago and before are gone");
+}
+
 fn pod(name: &str, node: &str, color: &str, rv: u64) -> CachedObject {
     let all = builtin_resources();
     let info = find(&all, "", "v1", "pods").unwrap();
