@@ -137,6 +137,64 @@ async fn an_object_with_a_live_owner_loses_only_the_reference_to_a_gone_one() {
     assert_eq!(router.get("/api/v1/namespaces/gc/configmaps/unknown-owner").await.0, 200);
 }
 
+/// Owners that many dependents on one shard name are read with their whole resource (RFC
+/// 0014), and classified as when read one by one: a dependent of an owner deleted, or deleted
+/// and made again under its name (another uid), goes; every other stays.
+#[tokio::test]
+async fn owners_read_with_their_resource_are_classified_as_owners_read_one_by_one() {
+    // 200 owners over 2 shards: each shard's dependents name about 100, above the 64 that
+    // makes a pass read the resource whole.
+    const N: usize = 200;
+    let (_etcd, _shards, router) = routed_cluster(2).await;
+    router.namespace(NS).await;
+    let path = "/api/v1/namespaces/gc/configmaps";
+    let owners: Vec<Value> = stream::iter(0..N)
+        .map(|i| {
+            let r = &router;
+            async move {
+                let (code, o) = r.post(path, &configmap(&format!("owner-{i}"), json!({}))).await;
+                assert_eq!(code, 201, "{o}");
+                o
+            }
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    let codes: Vec<(u16, Value)> = stream::iter(owners.iter().enumerate())
+        .map(|(i, o)| {
+            let r = &router;
+            let mut d = configmap(&format!("dependent-{i}"), json!({}));
+            d["metadata"]["ownerReferences"] = json!([owner_ref("ConfigMap", "v1", o, false)]);
+            async move { r.post(path, &d).await }
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    assert!(codes.iter().all(|(code, _)| *code == 201), "{codes:?}");
+    // Two owners go; a third goes and comes back with another uid.
+    for i in 0..3 {
+        assert_eq!(router.delete(&format!("{path}/owner-{i}"), None).await.0, 200);
+    }
+    assert_eq!(router.post(path, &configmap("owner-2", json!({}))).await.0, 201);
+    wait_for(T, || async {
+        for i in 0..3 {
+            if router.get(&format!("{path}/dependent-{i}")).await.0 != 404 {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    // Proof of a whole pass since: a new dependent of an owner that never existed goes.
+    let mut probe = configmap("probe", json!({}));
+    probe["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "ghost", "uid": "00000000-0000-0000-0000-000000000000"}]);
+    assert_eq!(router.post(path, &probe).await.0, 201);
+    wait_for(T, || async { router.get(&format!("{path}/probe")).await.0 == 404 }).await;
+    let left: std::collections::BTreeSet<String> = names(&router, path).await.iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_owned()).filter(|n| n.starts_with("dependent-")).collect();
+    let expected: std::collections::BTreeSet<String> = (3..N).map(|i| format!("dependent-{i}")).collect();
+    assert_eq!(left, expected);
+}
+
 #[tokio::test]
 async fn delete_options_are_validated_as_upstream_validates_them() {
     let (_etcd, _shards, router) = routed_cluster(4).await;
