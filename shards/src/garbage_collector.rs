@@ -259,9 +259,7 @@ const BULK_SHARE: u64 = 16;
 /// every client's writes meanwhile. Owners found missing, replaced or waiting are left out,
 /// so the pass reads them again, one by one, just before it acts on them.
 async fn solid_owners(shard: &Shard, resources: &[Arc<ResourceInfo>], dependents: &[Dependent]) -> BTreeMap<(String, OwnerRef), OwnerState> {
-    // By owner resource, then by owner (namespace, name): the references naming it, each with
-    // its dependent's namespace.
-    type Named = BTreeMap<(String, String), BTreeSet<(String, OwnerRef)>>;
+    // By owner resource, then by owner: the references naming it.
     let mut wanted: BTreeMap<(String, String), (Arc<ResourceInfo>, Named)> = BTreeMap::new();
     for (_, cached, refs) in dependents {
         let ns = cached.namespace();
@@ -284,9 +282,13 @@ async fn solid_owners(shard: &Shard, resources: &[Arc<ResourceInfo>], dependents
     solid
 }
 
+/// Owners of one resource by (namespace, name), each with the references naming it and their
+/// dependents' namespaces.
+type Named = BTreeMap<(String, String), BTreeSet<(String, OwnerRef)>>;
+
 /// Reads the resource `group/plural` whole, at one revision, if `named` is a large enough share
 /// of it, and notes in `solid` each reference whose owner is there and solid.
-async fn read_solid(store: &Storage, group: &str, plural: &str, named: &BTreeMap<(String, String), BTreeSet<(String, OwnerRef)>>, solid: &mut BTreeMap<(String, OwnerRef), OwnerState>) -> Result<(), StorageError> {
+async fn read_solid(store: &Storage, group: &str, plural: &str, named: &Named, solid: &mut BTreeMap<(String, OwnerRef), OwnerState>) -> Result<(), StorageError> {
     let count = store.count_prefix(etcd_layout::resource_prefix(group, plural).as_bytes()).await?;
     if (named.len() as u64).saturating_mul(BULK_SHARE) < count {
         return Ok(());
