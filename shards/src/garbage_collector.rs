@@ -188,15 +188,31 @@ fn classify(owner: &Value, r: &OwnerRef) -> OwnerState {
     }
 }
 
-/// A cached object with owner references, and those references.
-type Dependent = (Arc<Served>, Arc<CachedObject>, Vec<OwnerRef>);
+/// The dependents a pass found, with each distinct reference kept once: a shard's dependents
+/// mostly share their owners (a ReplicaSet's pods), and a pass that held every dependent's own
+/// copy of its references held about 250 bytes per dependent for the pass's length, which the
+/// memory benchmark saw as heap (RFC 0014, "Cost").
+#[derive(Default)]
+struct Dependents {
+    /// The resources the dependents are of.
+    served: Vec<Arc<Served>>,
+    /// Each dependent: its resource (an index into `served`), the object, and its references
+    /// (a range of `ref_ids`).
+    objects: Vec<(u32, Arc<CachedObject>, std::ops::Range<u32>)>,
+    /// Numbers into `refs`, each dependent's in a row.
+    ref_ids: Vec<u32>,
+    /// Each distinct (dependent's namespace, reference), by number.
+    refs: Vec<(String, OwnerRef)>,
+}
 
-/// The dependents' duty over every cached object of this shard with owner references.
-async fn collect_dependents(shard: &Shard) -> Result<(), String> {
-    let resources = shard.resources();
-    let mut dependents: Vec<Dependent> = Vec::new();
+/// Every cached object of this shard with owner references.
+async fn find_dependents(shard: &Shard) -> Dependents {
+    let mut found = Dependents::default();
+    let mut numbers: BTreeMap<(String, OwnerRef), u32> = BTreeMap::new();
     for served in shard.all_served() {
         let Ok(page) = served.cache.list(None, &Filter::default(), None, None, false) else { continue };
+        let served_id = found.served.len() as u32;
+        found.served.push(served);
         for (i, cached) in page.items.into_iter().enumerate() {
             // A pass over a large cache would otherwise hold its worker thread for as long as
             // it parses every object.
@@ -207,27 +223,50 @@ async fn collect_dependents(shard: &Shard) -> Result<(), String> {
                 continue;
             }
             let refs = owner_refs_in(&cached.bytes);
-            if !refs.is_empty() {
-                dependents.push((served.clone(), cached, refs));
+            if refs.is_empty() {
+                continue;
             }
+            let first = found.ref_ids.len() as u32;
+            for r in refs {
+                let key = (cached.namespace().to_owned(), r);
+                let id = match numbers.get(&key) {
+                    Some(id) => *id,
+                    None => {
+                        let id = found.refs.len() as u32;
+                        found.refs.push(key.clone());
+                        numbers.insert(key, id);
+                        id
+                    }
+                };
+                found.ref_ids.push(id);
+            }
+            let last = found.ref_ids.len() as u32;
+            found.objects.push((served_id, cached, first..last));
         }
     }
+    found
+}
+
+/// The dependents' duty over every cached object of this shard with owner references.
+async fn collect_dependents(shard: &Shard) -> Result<(), String> {
+    let resources = shard.resources();
+    let found = find_dependents(shard).await;
     // Owners are read once per pass, however many dependents share them; those many
     // dependents name are read with their whole resource.
-    let mut states = solid_owners(shard, &resources, &dependents).await;
-    for (i, (served, cached, refs)) in dependents.iter().enumerate() {
+    let mut states = solid_owners(shard, &resources, &found.refs).await;
+    for (i, (served_id, cached, ids)) in found.objects.iter().enumerate() {
         if i % YIELD_EVERY == YIELD_EVERY - 1 {
             tokio::task::yield_now().await;
         }
         let ns = cached.namespace();
-        let mut classified = Vec::with_capacity(refs.len());
-        for r in refs {
-            let id = (ns.to_owned(), r.clone());
-            let state = match states.get(&id) {
-                Some(s) => *s,
+        let mut classified = Vec::with_capacity(ids.len());
+        for &id in &found.ref_ids[ids.start as usize..ids.end as usize] {
+            let r = &found.refs[id as usize].1;
+            let state = match states[id as usize] {
+                Some(s) => s,
                 None => {
                     let s = owner_state(shard, &resources, ns, r).await.map_err(|e| e.to_string())?;
-                    states.insert(id, s);
+                    states[id as usize] = Some(s);
                     s
                 }
             };
@@ -238,6 +277,7 @@ async fn collect_dependents(shard: &Shard) -> Result<(), String> {
             continue;
         }
         let Ok(obj) = serde_json::from_slice::<Value>(&cached.bytes) else { continue };
+        let served = &found.served[*served_id as usize];
         if let Err(e) = settle(shard, &served.info, ns, cached.name(), &obj, &classified).await {
             tracing::debug!(resource = %served.info.plural, namespace = %ns, name = cached.name(), error = %e, "dependent not settled this pass");
         }
@@ -253,42 +293,40 @@ const BULK_OWNERS: usize = 64;
 /// the read costs no more than the GETs would (its pages carry objects no dependent names).
 const BULK_SHARE: u64 = 16;
 
-/// The owners the dependents name that exist and are not waiting for them, read with their
-/// whole resource where a resource holds many of them (RFC 0014): one GET per owner kept the
-/// store busy for seconds every pass on a shard of 25,000 pods and their ReplicaSets, and slowed
-/// every client's writes meanwhile. Owners found missing, replaced or waiting are left out,
-/// so the pass reads them again, one by one, just before it acts on them.
-async fn solid_owners(shard: &Shard, resources: &[Arc<ResourceInfo>], dependents: &[Dependent]) -> BTreeMap<(String, OwnerRef), OwnerState> {
+/// The state of each of `refs` (by number) that names an owner that exists and is not waiting
+/// for its dependents, read with the owner's whole resource where a resource holds many of
+/// them (RFC 0014): one GET per owner kept the store busy for seconds every pass on a shard of
+/// 25,000 pods and their ReplicaSets, and slowed every client's writes meanwhile. Owners found
+/// missing, replaced or waiting are left `None`, so the pass reads them again, one by one, just
+/// before it acts on them.
+async fn solid_owners(shard: &Shard, resources: &[Arc<ResourceInfo>], refs: &[(String, OwnerRef)]) -> Vec<Option<OwnerState>> {
     // By owner resource, then by owner: the references naming it.
     let mut wanted: BTreeMap<(String, String), (Arc<ResourceInfo>, Named)> = BTreeMap::new();
-    for (_, cached, refs) in dependents {
-        let ns = cached.namespace();
-        for r in refs {
-            let Some(info) = resolve(resources, r) else { continue };
-            if info.namespaced && ns.is_empty() {
-                continue;
-            }
-            let owner_ns = if info.namespaced { ns } else { "" };
-            let (_, named) = wanted.entry((info.storage_group().to_owned(), info.plural.clone())).or_insert_with(|| (info.clone(), BTreeMap::new()));
-            named.entry((owner_ns.to_owned(), r.name.clone())).or_default().insert((ns.to_owned(), r.clone()));
+    for (id, (ns, r)) in refs.iter().enumerate() {
+        let Some(info) = resolve(resources, r) else { continue };
+        if info.namespaced && ns.is_empty() {
+            continue;
         }
+        let owner_ns = if info.namespaced { ns.as_str() } else { "" };
+        let (_, named) = wanted.entry((info.storage_group().to_owned(), info.plural.clone())).or_insert_with(|| (info.clone(), BTreeMap::new()));
+        named.entry((owner_ns.to_owned(), r.name.clone())).or_default().push(id as u32);
     }
-    let mut solid = BTreeMap::new();
+    let mut states = vec![None; refs.len()];
     for ((group, plural), (info, named)) in wanted.into_iter().filter(|(_, (_, named))| named.len() >= BULK_OWNERS) {
-        if let Err(e) = read_solid(shard.store(&info), &group, &plural, &named, &mut solid).await {
+        if let Err(e) = read_solid(shard.store(&info), &group, &plural, &named, refs, &mut states).await {
             tracing::debug!(resource = %plural, error = %e, "owners not read together this pass; one by one instead");
         }
     }
-    solid
+    states
 }
 
-/// Owners of one resource by (namespace, name), each with the references naming it and their
-/// dependents' namespaces.
-type Named = BTreeMap<(String, String), BTreeSet<(String, OwnerRef)>>;
+/// Owners of one resource by (namespace, name), each with the numbers of the references naming
+/// it.
+type Named = BTreeMap<(String, String), Vec<u32>>;
 
 /// Reads the resource `group/plural` whole, at one revision, if `named` is a large enough share
-/// of it, and notes in `solid` each reference whose owner is there and solid.
-async fn read_solid(store: &Storage, group: &str, plural: &str, named: &Named, solid: &mut BTreeMap<(String, OwnerRef), OwnerState>) -> Result<(), StorageError> {
+/// of it, and marks in `states` each reference whose owner is there and solid.
+async fn read_solid(store: &Storage, group: &str, plural: &str, named: &Named, refs: &[(String, OwnerRef)], states: &mut [Option<OwnerState>]) -> Result<(), StorageError> {
     let count = store.count_prefix(etcd_layout::resource_prefix(group, plural).as_bytes()).await?;
     if (named.len() as u64).saturating_mul(BULK_SHARE) < count {
         return Ok(());
@@ -298,10 +336,10 @@ async fn read_solid(store: &Storage, group: &str, plural: &str, named: &Named, s
     while let Some(kvs) = reader.next_page(store).await? {
         for kv in &kvs {
             let Some((_, ns, name)) = etcd_layout::parse_object_key(group, plural, &kv.key) else { continue };
-            let Some(refs) = named.get(&(ns.to_owned(), name.to_owned())) else { continue };
+            let Some(ids) = named.get(&(ns.to_owned(), name.to_owned())) else { continue };
             let Ok(owner) = serde_json::from_slice::<Value>(&kv.value) else { continue };
-            for (dependent_ns, r) in refs.iter().filter(|(_, r)| classify(&owner, r) == OwnerState::Solid) {
-                solid.insert((dependent_ns.clone(), r.clone()), OwnerState::Solid);
+            for &id in ids.iter().filter(|id| classify(&owner, &refs[**id as usize].1) == OwnerState::Solid) {
+                states[id as usize] = Some(OwnerState::Solid);
             }
         }
         tokio::task::yield_now().await;
