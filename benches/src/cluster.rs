@@ -47,6 +47,15 @@ pub struct Topology {
     pub shards: Vec<ShardProcess>,
     /// The embedded store's endpoint, when the router serves one.
     pub store: Option<String>,
+    /// Where the router writes its kubeconfig; removed with the topology.
+    dir: PathBuf,
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        // One per topology, and a full run starts dozens of them.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl Topology {
@@ -125,7 +134,7 @@ impl Topology {
         .expect("shard-router listens within 120 s");
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         assert_eq!(shards.len(), k as usize);
-        let t = Self { child, url, shards, store };
+        let t = Self { child, url, shards, store, dir };
         if secure.is_none() {
             t.wait_ready(Duration::from_secs(900)).await;
         }
