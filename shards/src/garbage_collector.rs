@@ -76,7 +76,7 @@ impl Acting {
 /// registered with the shard's metrics; upstream's collector, driven by informers, has no
 /// passes and so no such metric.
 fn pass_histogram(shard: &Shard) -> prometheus::Histogram {
-    let opts = prometheus::HistogramOpts::new("shardplane_garbage_collector_pass_duration_seconds", "How long each pass of the shard's garbage collector took (it then rests at least nine times as long).")
+    let opts = prometheus::HistogramOpts::new("shardplane_garbage_collector_pass_duration_seconds", "How long each pass of the shard's garbage collector took (it then rests at least nine times the part spent looking rather than writing).")
         .buckets(vec![0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]);
     let histogram = prometheus::Histogram::with_opts(opts).expect("metric");
     let _ = shard.metrics.registry().register(Box::new(histogram.clone()));
