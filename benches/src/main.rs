@@ -184,6 +184,21 @@ async fn serve(args: &Args) {
     t.stop().await;
 }
 
+/// Each scenario's time, for the report's header: a full run is long, and which part is long
+/// decides what to shorten.
+struct Laps {
+    times: Vec<(&'static str, std::time::Duration)>,
+    last: Instant,
+}
+
+impl Laps {
+    /// Notes that scenario `name` ended now.
+    fn lap(&mut self, name: &'static str) {
+        self.times.push((name, self.last.elapsed()));
+        self.last = Instant::now();
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args = Args::parse();
@@ -225,45 +240,58 @@ async fn main() {
     let want = |name: &str| run_all || args.scenario == name;
     let mut sections = Vec::new();
     let (mut memory_points, mut list_points) = (Vec::new(), Vec::new());
+    let mut laps = Laps { times: Vec::new(), last: Instant::now() };
     if want("memory-per-shard") {
         let (s, p) = memory::run(&ctx).await;
         sections.push(s);
         memory_points = p;
+        laps.lap("memory-per-shard");
     }
     if want("memory-under-churn") {
         sections.push(memory_churn::run(&ctx).await);
+        laps.lap("memory-under-churn");
     }
     if want("list") {
         let (s, p) = list::run(&ctx).await;
         sections.push(s);
         list_points = p;
+        laps.lap("list");
     }
     if want("watch") {
         sections.push(watch::run(&ctx).await);
+        laps.lap("watch");
     }
     if want("write") {
         sections.push(write::run(&ctx).await);
+        laps.lap("write");
     }
     if want("churn") {
         sections.push(churn::run(&ctx).await);
+        laps.lap("churn");
     }
     if want("move") {
         sections.push(moves::run(&ctx).await);
+        laps.lap("move");
     }
     if want("store") {
         sections.push(store::run(&ctx).await);
+        laps.lap("store");
     }
     if want("access") {
         sections.push(access::run(&ctx).await);
+        laps.lap("access");
     }
     if want("apf") {
         sections.push(apf::run(&ctx).await);
+        laps.lap("apf");
     }
     if want("growth") {
         sections.push(growth::run(&ctx).await);
+        laps.lap("growth");
     }
     if want("cluster") {
         sections.push(node_axis::run(&ctx).await);
+        laps.lap("cluster");
     }
     if !memory_points.is_empty() {
         sections.push(scaling(&ctx, &memory_points, &list_points));
@@ -276,10 +304,11 @@ async fn main() {
         text.push_str("> **Smoke run**: tiny sizes and possibly a debug build. It checks that every scenario runs; its numbers mean nothing.\n\n");
     }
     text.push_str(&format!(
-        "- **Command**: `{command}` ({:.1} minutes)\n- **Machine**: {}; Debian 12; the store: {}, its data on /dev/shm unless a scenario says otherwise. Everything — etcd, the shards, the router and the load — shares these cores.\n- **Date**: {date}\n- Every figure below comes from this one run; variants are measured side by side against the same etcd and data. Where a scenario repeats a measurement, it reports the median (p50) of the repeats.\n\n",
+        "- **Command**: `{command}` ({:.1} minutes)\n- **Machine**: {}; Debian 12; the store: {}, its data on /dev/shm unless a scenario says otherwise. Everything — etcd, the shards, the router and the load — shares these cores.\n- **Date**: {date}\n- **Minutes per scenario**: {}\n- Every figure below comes from this one run; variants are measured side by side against the same etcd and data. Where a scenario repeats a measurement, it reports the median (p50) of the repeats.\n\n",
         started.elapsed().as_secs_f64() / 60.0,
         machine(),
-        shardplane_testkit::store_description()
+        shardplane_testkit::store_description(),
+        laps.times.iter().map(|(name, took)| format!("{name} {:.1}", took.as_secs_f64() / 60.0)).collect::<Vec<_>>().join(", ")
     ));
     let targets: Vec<&report::Target> = sections.iter().flat_map(|s| &s.targets).collect();
     let count = |v: report::Verdict| targets.iter().filter(|t| t.verdict == v).count();
