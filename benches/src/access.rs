@@ -94,7 +94,9 @@ async fn round(side: &Side, n: usize, lists: usize) -> Round {
     Round { create, get, get_ms: get_ms.into_inner().unwrap(), list_ms, delete, cpu_us: (side.cpu() - cpu_before) * 1e6 / requests }
 }
 
-async fn start_sides(ctx: &Ctx, k: u32) -> [Side; 2] {
+/// Both sides, and the secure side's directory (its PKI and token file), for the caller to
+/// remove once they have stopped.
+async fn start_sides(ctx: &Ctx, k: u32) -> ([Side; 2], std::path::PathBuf) {
     let plain_etcd = crate::start_etcd().await;
     let plain = Topology::start(&ctx.router, &plain_etcd.endpoint, k).await;
     let secure_etcd = crate::start_etcd().await;
@@ -122,7 +124,7 @@ async fn start_sides(ctx: &Ctx, k: u32) -> [Side; 2] {
         assert!(Instant::now() < deadline, "the binding did not take effect");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    [Side { topology: plain, client: plain_client, token: None, _etcd: plain_etcd }, Side { topology: secure, client: token_client, token: Some(TOKEN), _etcd: secure_etcd }]
+    ([Side { topology: plain, client: plain_client, token: None, _etcd: plain_etcd }, Side { topology: secure, client: token_client, token: Some(TOKEN), _etcd: secure_etcd }], dir)
 }
 
 /// The sizes of a side-by-side comparison: requests per operation, LISTs, rounds per side and
@@ -136,7 +138,7 @@ const GOAL: Goal = Goal::AtLeast(0.8);
 
 pub async fn run(ctx: &Ctx) -> Section {
     let (n, lists, rounds, k) = sizes(ctx);
-    let sides = start_sides(ctx, k).await;
+    let (sides, dir) = start_sides(ctx, k).await;
     let compared = Compared {
         title: "identity and access cost",
         names: ["plain HTTP, an anonymous caller, AlwaysAllow (`--insecure-plain-http`)", "HTTPS, a token-file user on every request, RBAC from a RoleBinding to `edit` (as `shard-router` serves by default)"],
@@ -144,7 +146,9 @@ pub async fn run(ctx: &Ctx) -> Section {
         target: "with TLS, authentication and RBAC vs without",
         why: "The cost is TLS on both hops (client to router, router to shard), the token lookup, and RBAC's decision (cached per user and request attributes under the policy's generation, RFC 0012). Throughput ratios below 1 are the cost; latency and CPU ratios above 1 are.\n",
     };
-    compare(ctx, sides, &compared, (n, lists, rounds, k)).await
+    let section = compare(ctx, sides, &compared, (n, lists, rounds, k)).await;
+    let _ = std::fs::remove_dir_all(dir);
+    section
 }
 
 /// What a side-by-side comparison of two topologies reports.
