@@ -45,6 +45,8 @@ struct Cluster {
     http: reqwest::Client,
     pids: Vec<u32>,
     _process: common::Started,
+    /// Its token file and kubeconfig; dropped after the processes.
+    _dir: common::TempDir,
 }
 
 impl Cluster {
@@ -85,8 +87,7 @@ fn config_map(name: &str) -> Value {
 
 async fn start(apf: bool) -> (Etcd, Cluster) {
     let etcd = Etcd::start().await;
-    let dir = std::env::temp_dir().join(format!("shardplane-drill-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::TempDir::new("shardplane-drill");
     let tokens = dir.join("tokens.csv");
     std::fs::write(&tokens, TOKENS).unwrap();
     let kubeconfig = dir.join("kubeconfig");
@@ -98,7 +99,7 @@ async fn start(apf: bool) -> (Etcd, Cluster) {
     ]);
     let pids = std::iter::once(started.process.0.id()).chain(started.shards.iter().map(|(p, _)| *p)).collect();
     let http = shardplane_http::outbound::client_builder().timeout(Duration::from_secs(60)).pool_max_idle_per_host(NOISY + QUIET + 4).build().unwrap();
-    let c = Cluster { url: started.url(), http, pids, _process: started };
+    let c = Cluster { url: started.url(), http, pids, _process: started, _dir: dir };
     wait_for(Duration::from_secs(90), || async { c.call("admin-token", reqwest::Method::GET, "/api/v1/namespaces/default", None).await.is_ok_and(|(code, _, _)| code == 200) }).await;
     (etcd, c)
 }
