@@ -37,7 +37,7 @@ fn slow_body(addr: &str) -> Option<TcpStream> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_load_does_not_lock_out_a_well_behaved_client() {
     let etcd = Etcd::start().await;
-    let dir = common::TempDir::new("shardplane-exhaustion");
+    let dir = common::TempDir::named("shardplane-exhaustion");
     let kubeconfig = dir.join("kubeconfig");
     let started = spawn_topology(&etcd.endpoint, 2, &kubeconfig);
     let pids: Vec<u32> = std::iter::once(started.process.0.id()).chain(started.shards.iter().map(|(pid, _)| *pid)).collect();

@@ -53,6 +53,11 @@ async fn passes(etcd: &str) -> BTreeMap<u32, u64> {
     counts
 }
 
+/// Passes each shard process made since `before` (all of a restarted one's).
+fn passes_since(now: &BTreeMap<u32, u64>, before: &BTreeMap<u32, u64>) -> Vec<u64> {
+    now.iter().map(|(pid, n)| n - before.get(pid).copied().unwrap_or(0)).collect()
+}
+
 async fn items(router: &TestShard, path: &str) -> Option<Vec<Value>> {
     let (code, list) = router.get(path).await;
     (code == 200).then(|| list["items"].as_array().cloned().unwrap_or_default())
@@ -118,15 +123,13 @@ async fn a_shard_killed_mid_deletes_leaves_upstreams_objects_after_the_collector
     let at_last_delete = passes(&etcd.endpoint).await;
     let mut last = settled(router).await;
     while let Err(why) = &last {
-        // Passes since the last delete on each shard process (all of a restarted one's).
         let now = passes(&etcd.endpoint).await;
-        let fewest = now.iter().map(|(pid, n)| n - at_last_delete.get(pid).copied().unwrap_or(0)).min();
+        let fewest = passes_since(&now, &at_last_delete).into_iter().min();
         assert!(now.len() < 4 || fewest < Some(SETTLED_WITHIN_PASSES), "not settled within {SETTLED_WITHIN_PASSES} passes of every shard ({now:?} against {at_last_delete:?}): {why}");
         assert!(since.elapsed() < GIVE_UP_AFTER, "not settled within {GIVE_UP_AFTER:?} ({now:?} passes against {at_last_delete:?}): {why}");
         tokio::time::sleep(Duration::from_millis(500)).await;
         last = settled(router).await;
     }
-    let now = passes(&etcd.endpoint).await;
-    let made: Vec<u64> = now.iter().map(|(pid, n)| n - at_last_delete.get(pid).copied().unwrap_or(0)).collect();
+    let made = passes_since(&passes(&etcd.endpoint).await, &at_last_delete);
     eprintln!("deletes retried while the shard was down: {}; settled {:?} after the last delete, after {made:?} passes of the shards", retried.load(Ordering::SeqCst), since.elapsed());
 }

@@ -87,7 +87,7 @@ fn config_map(name: &str) -> Value {
 
 async fn start(apf: bool) -> (Etcd, Cluster) {
     let etcd = Etcd::start().await;
-    let dir = common::TempDir::new("shardplane-drill");
+    let dir = common::TempDir::named("shardplane-drill");
     let tokens = dir.join("tokens.csv");
     std::fs::write(&tokens, TOKENS).unwrap();
     let kubeconfig = dir.join("kubeconfig");

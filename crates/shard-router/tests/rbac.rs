@@ -74,7 +74,7 @@ fn binding(name: &str, role_kind: &str, role: &str, user: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_through_four_shards_decides_as_upstream_and_a_revoked_binding_stops_allowing_within_the_bound() {
     let etcd = Etcd::start().await;
-    let dir = common::TempDir::new("shardplane-rbac");
+    let dir = common::TempDir::named("shardplane-rbac");
     let (pki, kubeconfig, home, tokens) = (dir.join("pki"), dir.join("kubeconfig"), dir.join("home"), dir.join("tokens.csv"));
     std::fs::write(&tokens, "vera-token,vera,u-1\neddie-token,eddie,u-2\nnobody-token,nobody,u-3\n").unwrap();
     let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "4", "--listen", "127.0.0.1:0", "--kubeconfig", kubeconfig.to_str().unwrap(), "--pki-dir", pki.to_str().unwrap(), "--token-auth-file", tokens.to_str().unwrap(), "--authorization-mode", "RBAC"]);

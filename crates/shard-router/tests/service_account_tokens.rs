@@ -29,7 +29,7 @@ async fn kubectl_ok(kubeconfig: &std::path::Path, home: &std::path::Path, args: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_account_tokens_work_while_their_objects_exist_and_are_reviewed_as_upstream() {
     let etcd = Etcd::start().await;
-    let dir = common::TempDir::new("shardplane-sa");
+    let dir = common::TempDir::named("shardplane-sa");
     let (pki, kc, home) = (dir.join("pki"), dir.join("kubeconfig"), dir.join("home"));
     let started = spawn(&["--etcd-endpoints", &etcd.endpoint, "--shards", "4", "--listen", "127.0.0.1:0", "--kubeconfig", kc.to_str().unwrap(), "--pki-dir", pki.to_str().unwrap(), "--authorization-mode", "RBAC"]);
     let url = format!("https://{}", started.addr);
@@ -154,7 +154,7 @@ fn dir_file(kc: &std::path::Path, body: &Value) -> std::path::PathBuf {
 #[tokio::test]
 async fn tokens_of_a_listed_previous_key_keep_working() {
     let etcd = Etcd::start().await;
-    let dir = common::TempDir::new("shardplane-sa-rotation");
+    let dir = common::TempDir::named("shardplane-sa-rotation");
     let (pki, kc, home, old_pub) = (dir.join("pki"), dir.join("kubeconfig"), dir.join("home"), dir.join("old.pub"));
     let old_pair = shardplane_identity::pki::Authority::generate("unused").unwrap();
     let old_key = old_pair.key().serialize_pem();

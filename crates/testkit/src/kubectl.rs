@@ -17,7 +17,9 @@ pub struct Kubectl {
 }
 
 pub mod tempdir {
-    /// A temporary directory removed on drop.
+    /// A temporary directory `<system temp dir>/<prefix>-<uuid>`, made when created and removed
+    /// when dropped, however a test ends (a failed assertion included). Declared before the
+    /// processes that use it, it outlives them.
     pub struct Dir(pub std::path::PathBuf);
     impl Default for Dir {
         fn default() -> Self {
@@ -26,10 +28,21 @@ pub mod tempdir {
     }
 
     impl Dir {
+        /// A kubectl home.
         pub fn new() -> Self {
-            let p = std::env::temp_dir().join(format!("shardplane-kubectl-{}", uuid::Uuid::new_v4()));
+            Self::named("shardplane-kubectl")
+        }
+
+        /// `<prefix>-<uuid>`.
+        pub fn named(prefix: &str) -> Self {
+            let p = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4()));
             std::fs::create_dir_all(&p).unwrap();
             Self(p)
+        }
+
+        /// A path inside it.
+        pub fn join(&self, path: &str) -> std::path::PathBuf {
+            self.0.join(path)
         }
     }
     impl Drop for Dir {

@@ -8,29 +8,7 @@ pub mod churn;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-/// A directory `<system temp dir>/<prefix>-<uuid>`, made when created and removed when dropped,
-/// however the test ends (a failed assertion included). Declared before the processes that use
-/// it, it outlives them.
-pub struct TempDir(pub std::path::PathBuf);
-
-impl TempDir {
-    pub fn new(prefix: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("{prefix}-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    /// A path inside it.
-    pub fn join(&self, path: &str) -> std::path::PathBuf {
-        self.0.join(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+pub use shardplane_testkit::tempdir::Dir as TempDir;
 
 /// A process killed when the test ends, however it ends (a failed assertion included).
 pub struct KillOnDrop(pub Child);
@@ -158,7 +136,7 @@ pub struct Topology {
 
 impl Topology {
     pub async fn start(etcd: &str, k: u32, extra: &[&str]) -> Self {
-        let dir = TempDir::new("shardplane-topology");
+        let dir = TempDir::named("shardplane-topology");
         let kubeconfig = dir.join("kubeconfig");
         let shards = k.to_string();
         let mut args = vec!["--etcd-endpoints", etcd, "--shards", &shards, "--listen", "127.0.0.1:0", "--insecure-plain-http", "--kubeconfig", kubeconfig.to_str().unwrap()];
