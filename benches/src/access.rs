@@ -130,7 +130,7 @@ async fn start_sides(ctx: &Ctx, k: u32) -> ([Side; 2], std::path::PathBuf) {
 /// The sizes of a side-by-side comparison: requests per operation, LISTs, rounds per side and
 /// shards (tiny in a smoke run).
 pub fn sizes(ctx: &Ctx) -> (usize, usize, PairBudget, u32) {
-    if ctx.smoke { (50, 3, PairBudget::SMOKE, 2) } else { (5_000, 20, ctx.pairs(8, 16), 2) }
+    if ctx.smoke { (50, 3, PairBudget::SMOKE, 2) } else { (5_000, 20, ctx.pairs(12, 24), 2) }
 }
 
 /// Every throughput target: B keeps at least 0.8 of A's rate.

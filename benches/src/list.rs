@@ -103,7 +103,7 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
     let n = if ctx.smoke { 2_000 } else { 100_000 };
     let ks: Vec<u32> = if ctx.smoke { vec![1, 2] } else { vec![1, 4, 8] };
     let runs = if ctx.smoke { 1 } else { 5 };
-    let (all_budget, ns_budget) = (ctx.pairs(8, 16), ctx.pairs(21, 41));
+    let (all_budget, ns_budget) = (ctx.pairs(12, 24), ctx.pairs(21, 41));
     let etcd = crate::start_etcd().await;
     let bar = ctx.bar(n as u64, &format!("list: loading {n} pods"));
     let b = bar.clone();

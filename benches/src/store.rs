@@ -95,7 +95,11 @@ async fn put_rate(client: &etcd_client::Client, prefix: &str, n: usize, round: u
 async fn raw_watch_rate(client: &etcd_client::Client, prefix: &str, n: usize) -> f64 {
     let mut streams = Vec::new();
     for _ in 0..WATCHERS {
-        streams.push(client.watch_client().watch(prefix, Some(etcd_client::WatchOptions::new().with_prefix())).await.expect("watch").split());
+        let (w, mut stream) = client.watch_client().watch(prefix, Some(etcd_client::WatchOptions::new().with_prefix())).await.expect("watch").split();
+        // A watch is registered once its `created` response has come; puts wait for it.
+        let created = stream.message().await.expect("watch stream").expect("watch open");
+        assert!(created.created() && created.events().is_empty(), "the first response creates the watch");
+        streams.push((w, stream));
     }
     let start = Instant::now();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(300);
@@ -178,7 +182,7 @@ struct Figures {
 
 pub async fn run(ctx: &Ctx) -> Section {
     let n = if ctx.smoke { 200 } else { 5_000 };
-    let budget = if ctx.smoke { PairBudget::fixed(2) } else { ctx.pairs(8, 12) };
+    let budget = if ctx.smoke { PairBudget::fixed(2) } else { ctx.pairs(12, 24) };
     let keys = if ctx.smoke { 1_000 } else { 50_000 };
     let k = 2;
     let c = http();

@@ -186,7 +186,7 @@ async fn phase(base: Option<&str>, endpoint: &str, servers: &[u32], watchers: us
 /// Rounds of the three paths at each watcher count (each round runs every path once, in an
 /// order that rotates from round to round): at least this many, more while the target is
 /// unsettled, up to the cap.
-const ROUNDS: PairBudget = PairBudget { min: 8, cap: 12 };
+const ROUNDS: PairBudget = PairBudget { min: 12, cap: 20 };
 /// The router may add at most this much to one shard's p99 delay.
 const GOAL_ADDED_MS: f64 = 5.0;
 

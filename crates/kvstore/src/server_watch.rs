@@ -21,6 +21,11 @@ impl PbWatchService for EtcdServer {
         };
         let server = self.clone();
         let end_stream = tokio_util::sync::CancellationToken::new();
+        // The call is answered once the stream's first request (a create, as clients send) is
+        // handled: etcd's response headers travel with its first response, so a client's watch
+        // call returns only when the watch is registered, and clients put right after it.
+        let (first_handled, first) = tokio::sync::oneshot::channel::<()>();
+        let mut first_handled = Some(first_handled);
         tokio::spawn(async move {
             let mut next_id = 0i64;
             let mut notify = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_NOTIFY, PROGRESS_NOTIFY);
@@ -40,6 +45,9 @@ impl PbWatchService for EtcdServer {
                         continue;
                     }
                 };
+                // Sent when this request's handling ends, however it ends (a guard, because
+                // the arms below `continue` and `break`).
+                let _first = FirstHandled(first_handled.take());
                 let mut st = server.lock();
                 match req.request_union {
                     Some(PbWatchRequestUnion::CreateRequest(c)) => {
@@ -105,11 +113,60 @@ impl PbWatchService for EtcdServer {
             }
             server.lock().watchers.retain(|w| w.stream != stream);
         });
+        // Err: the stream ended (or its task stopped) before a first request; answer anyway.
+        let _ = first.await;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Says the stream's first request was handled when dropped (after the lock it was handled
+/// under is released, since it is declared before it).
+struct FirstHandled(Option<tokio::sync::oneshot::Sender<()>>);
+
+impl Drop for FirstHandled {
+    fn drop(&mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
     }
 }
 
 /// Whether a watch with etcd's NOPUT / NODELETE filters is sent `e`.
 pub(super) fn passes_filters(e: &Event, no_put: bool, no_delete: bool) -> bool {
     if e.deleted { !no_delete } else { !no_put }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::server::{serve, EtcdServer, Listener};
+
+    /// Clients put right after their watch call returns (etcd answers the call with the watch's
+    /// `created` response): the call must not return before the watch is registered, or those
+    /// first events go to no one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_watch_call_returns_only_once_its_watch_is_registered() {
+        let dir = std::env::temp_dir().join(format!("shardplane-watch-created-{}", uuid::Uuid::new_v4()));
+        let server = EtcdServer::open(&dir).unwrap();
+        let listener = Listener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = listener.endpoint().unwrap();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let serving = tokio::spawn(serve(server.clone(), listener, stop.clone()));
+        let client = etcd_client::Client::connect([endpoint], None).await.unwrap();
+        let mut open = Vec::new();
+        for i in 0..100 {
+            let prefix = format!("w{i:03}/");
+            let (watcher, mut stream) = client.watch_client().watch(prefix.clone(), Some(etcd_client::WatchOptions::new().with_prefix())).await.unwrap().split();
+            assert_eq!(server.lock().watchers.len(), i + 1, "watch {i} not registered when its call returned");
+            client.kv_client().put(format!("{prefix}k"), "v", None).await.unwrap();
+            let created = stream.message().await.unwrap().unwrap();
+            assert!(created.created() && created.events().is_empty());
+            let put = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message()).await.expect("the put's event").unwrap().unwrap();
+            assert_eq!(put.events()[0].kv().unwrap().key(), format!("{prefix}k").as_bytes());
+            open.push((watcher, stream));
+        }
+        drop(open);
+        stop.cancel();
+        serving.await.unwrap().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
