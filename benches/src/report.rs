@@ -181,6 +181,16 @@ pub struct Interval {
     pub confidence: f64,
 }
 
+impl Interval {
+    /// Its confidence as a report prints it: a percentage with one decimal, rounded down (the
+    /// interval holds the median with *at least* this), without a trailing `.0`. Rounded to a
+    /// whole number, 99.6% read as "100%", an interval that cannot miss.
+    pub fn confidence_label(&self) -> String {
+        let tenths = (1000.0 * self.confidence).floor() / 10.0;
+        if tenths.fract() == 0.0 { format!("{tenths:.0}%") } else { format!("{tenths:.1}%") }
+    }
+}
+
 /// P(X ≤ j) for X ~ Binomial(n, 1/2).
 fn binomial_half_cdf(n: usize, j: usize) -> f64 {
     let mut term = 0.5_f64.powi(n as i32); // C(n, 0) / 2^n
@@ -271,13 +281,13 @@ impl Paired {
     /// `median (lo to hi, c% interval, n pairs)`, ratios as percentages.
     pub fn describe(&self) -> String {
         let i = self.interval();
-        format!("{:.0}% ({:.0}% to {:.0}%, {:.0}% interval, {})", 100.0 * self.median(), 100.0 * i.lo, 100.0 * i.hi, 100.0 * i.confidence, self.count())
+        format!("{:.0}% ({:.0}% to {:.0}%, {} interval, {})", 100.0 * self.median(), 100.0 * i.lo, 100.0 * i.hi, i.confidence_label(), self.count())
     }
 
     /// `median× (lo× to hi×, c% interval, n pairs)`: for ratios that are multiples, not shares.
     pub fn describe_times(&self) -> String {
         let i = self.interval();
-        format!("{:.2}× ({:.2}× to {:.2}×, {:.0}% interval, {})", self.median(), i.lo, i.hi, 100.0 * i.confidence, self.count())
+        format!("{:.2}× ({:.2}× to {:.2}×, {} interval, {})", self.median(), i.lo, i.hi, i.confidence_label(), self.count())
     }
 
     /// `n pairs` (`1 pair`).
@@ -309,8 +319,8 @@ mod tests {
         assert_eq!(p.median(), 0.88);
         // Five pairs: lowest to highest is the only interval, at 1 - 2/32.
         assert_eq!(p.interval(), Interval { lo: 0.79, hi: 0.95, confidence: 0.9375 });
-        assert_eq!(p.describe(), "88% (79% to 95%, 94% interval, 5 pairs)");
-        assert_eq!(p.describe_times(), "0.88× (0.79× to 0.95×, 94% interval, 5 pairs)");
+        assert_eq!(p.describe(), "88% (79% to 95%, 93.7% interval, 5 pairs)");
+        assert_eq!(p.describe_times(), "0.88× (0.79× to 0.95×, 93.7% interval, 5 pairs)");
         assert_eq!(least_pairs(), 8, "1 - 2/256 is the first lowest-to-highest interval at 99%");
         // Eleven pairs: 2nd to 10th is only 98.8%, so lowest to highest.
         let i = Paired { ratios: (1..=11).map(f64::from).collect() }.interval();
@@ -323,6 +333,18 @@ mod tests {
         let i = Paired { ratios: (1..=21).map(f64::from).collect() }.interval();
         assert_eq!((i.lo, i.hi), (5.0, 17.0));
         assert!(i.confidence >= CONFIDENCE && i.confidence < 0.995, "{i:?}");
+    }
+
+    #[test]
+    fn confidence_is_printed_rounded_down() {
+        let at = |confidence: f64| Interval { lo: 0.0, hi: 1.0, confidence }.confidence_label();
+        assert_eq!(at(0.9375), "93.7%");
+        assert_eq!(at(0.99), "99%");
+        // 41 pairs' interval: at least 99.5%, never "100%".
+        let i = Paired { ratios: (1..=41).map(f64::from).collect() }.interval();
+        assert!(i.confidence > 0.995 && i.confidence < 1.0, "{i:?}");
+        assert!(i.confidence_label().starts_with("99."), "{}", i.confidence_label());
+        assert_eq!(at(1.0), "100%");
     }
 
     #[test]

@@ -259,7 +259,7 @@ pub async fn run(ctx: &Ctx) -> Section {
     s.table(&["path", "watchers", "samples (phases × each)", "p50 ms", "p99 ms", "p99 per phase: median (lowest to highest)", "max ms", "watchers with every event", "cores busy, median phase (all servers + benchmark)"], &rows);
     for (w, d) in &added {
         let i = d.interval();
-        s.target(format!("router's added delay at p99, {w} watchers (router's phase p99 minus the same round's one-shard p99)"), format!("{:.2} ms ({:.2} to {:.2}, {:.0}% interval, {} rounds)", d.median(), i.lo, i.hi, 100.0 * i.confidence, d.ratios.len()), format!("≤ {GOAL_ADDED_MS} ms, whole interval"), d.verdict(goal));
+        s.target(format!("router's added delay at p99, {w} watchers (router's phase p99 minus the same round's one-shard p99)"), format!("{:.2} ms ({:.2} to {:.2}, {} interval, {} rounds)", d.median(), i.lo, i.hi, i.confidence_label(), d.ratios.len()), format!("≤ {GOAL_ADDED_MS} ms, whole interval"), d.verdict(goal));
     }
     let mut profiles = String::new();
     let most = *counts.last().expect("watcher counts");
