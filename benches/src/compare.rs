@@ -41,6 +41,11 @@ pub fn verdicts(report: &str) -> BTreeMap<String, Row> {
     out
 }
 
+/// How far apart two runs' machine speeds may be and still count as like machines: one try
+/// spread by up to a fifth around its median on one machine (RFC 0017), the machines of two
+/// sessions by 2.5 times.
+const SPEED_TOLERANCE: f64 = 0.20;
+
 /// How two runs' verdicts on one target relate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Agreement {
@@ -88,7 +93,7 @@ pub fn compare(old: &str, new: &str) -> (String, bool) {
     let total: usize = counts.iter().sum();
     let [same, one_unsettled, contradict] = counts;
     let head = format!("{same} of {total} verdicts agree; {one_unsettled} differ with one run unsettled; {contradict} contradict (met in one run, missed in the other, or in one run only).");
-    (format!("{head}\n\n{rows}"), same == total && total > 0)
+    (format!("{head}\n\n{}\n\n{rows}", crate::speed::compare_line(old, new, SPEED_TOLERANCE)), same == total && total > 0)
 }
 
 /// Reads both reports, prints the comparison; exits 1 when a verdict differs or a target is
@@ -134,6 +139,8 @@ mod tests {
         assert!(!agree);
         assert!(text.starts_with("1 of 2 verdicts agree; 0 differ with one run unsettled; 1 contradict"), "{text}");
         assert!(text.contains("| write :: target 1, of a pair | no (1%) | yes (1%) | **contradict** |"), "{text}");
+        // Reports without the machine's speed say that its likeness is unknown.
+        assert!(text.contains("whether the machines were alike is unknown"), "{text}");
         // Unsettled in one run and met in the other is a disagreement, counted apart.
         let (text, agree) = compare(&report(&[Unsettled, Missed]), &report(&[Met, Unsettled]));
         assert!(!agree);

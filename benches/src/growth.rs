@@ -34,6 +34,9 @@ pub struct GrowthPoint {
     pub pages_ms: Vec<f64>,
     /// The whole paged LIST.
     pub list_s: f64,
+    /// Pages of the warm-up page and the timed pass the router refused and the pass asked
+    /// again after their Retry-After (a retry's wait is in its page's time).
+    pub refused: Vec<crate::list::Refusal>,
     /// Moving a quarter of the hash space to one other shard: (seconds, objects moved, moves).
     pub quarter_move: Option<(f64, f64, usize)>,
 }
@@ -126,8 +129,9 @@ async fn measure(ctx: &Ctx, etcd: &str, n: usize, k: u32) -> GrowthPoint {
     // A paged LIST of every pod, as a reflector's initial list is: one warm-up page, then the
     // whole pass, each page timed.
     let want = Kind::Pod.count_in(n);
-    crate::list::list_pass(&t.url, "/api/v1/pods", 500, Some(1)).await;
+    let warm = crate::list::list_pass(&t.url, "/api/v1/pods", 500, Some(1)).await;
     let pass = crate::list::list_pass(&t.url, "/api/v1/pods", 500, None).await;
+    let refused = warm.refused.into_iter().chain(pass.refused.iter().cloned()).collect();
     assert_eq!(pass.items, want, "paged LIST of all pods through the router at K={k}");
     let router_rss = rss_bytes(t.router_pid());
     let storage = Storage::connect(&[etcd.to_owned()]).await.expect("etcd");
@@ -141,7 +145,7 @@ async fn measure(ctx: &Ctx, etcd: &str, n: usize, k: u32) -> GrowthPoint {
     };
     t.stop().await;
     spinner.finish_and_clear();
-    GrowthPoint { n, k, largest_objects, largest_rss, largest_heap, router_rss, load_s, restart_s, pages_ms: pass.pages_ms, list_s: pass.total_ms / 1000.0, quarter_move }
+    GrowthPoint { n, k, largest_objects, largest_rss, largest_heap, router_rss, load_s, restart_s, pages_ms: pass.pages_ms, list_s: pass.total_ms / 1000.0, quarter_move, refused }
 }
 
 /// Least-squares line y = a + b·x through `points`: (a, b).
@@ -216,7 +220,7 @@ pub async fn run(ctx: &Ctx) -> Section {
 
 fn report(ctx: &Ctx, points: &[GrowthPoint], store_sizes: &[(usize, f64)]) -> Section {
     let mut s = Section::new("growth");
-    s.line("How the figures an operator sizes by grow with the objects N (the memory scenario's mix: 6 Pods, 3 ConfigMaps, 1 Lease in 10) and the shard processes K. Each N is loaded into its own etcd; each K is a fresh `shard-router --shards K` on it, measured in this order: start to every shard ready (cache load), each shard's RSS and heap, a paged LIST of every pod through the router (limit 500; one warm-up page, then the whole pass, each page timed), the router's RSS after it, the largest shard killed with SIGKILL and the time until the router's successor process answers ready, then (K ≥ 2) the first quarter of the hash space moved to the shard that owns the middle hash, one `shardctl move` after another, no writes running.\n");
+    s.line("How the figures an operator sizes by grow with the objects N (the memory scenario's mix: 6 Pods, 3 ConfigMaps, 1 Lease in 10) and the shard processes K. Each N is loaded into its own etcd; each K is a fresh `shard-router --shards K` on it, measured in this order: start to every shard ready (cache load), each shard's RSS and heap, a paged LIST of every pod through the router (limit 500; one warm-up page, then the whole pass, each page timed; a page refused with 429, 503 or 504 is asked again after its Retry-After, as a reflector would, and counted in the table), the router's RSS after it, the largest shard killed with SIGKILL and the time until the router's successor process answers ready, then (K ≥ 2) the first quarter of the hash space moved to the shard that owns the middle hash, one `shardctl move` after another, no writes running.\n");
     let mut rows = Vec::new();
     for p in points {
         let mut pages = p.pages_ms.clone();
@@ -233,9 +237,12 @@ fn report(ctx: &Ctx, points: &[GrowthPoint], store_sizes: &[(usize, f64)]) -> Se
             format!("{:.2}", p.list_s),
             mib(p.router_rss),
             mv,
+            p.refused.len().to_string(),
         ]);
     }
-    s.table(&["N", "K", "objects on the largest shard", "largest shard RSS", "its heap", "load s", "restart-to-ready s", "LIST page p50 / p99 ms (pages)", "whole paged LIST s", "router RSS", "move a quarter"], &rows);
+    s.table(&["N", "K", "objects on the largest shard", "largest shard RSS", "its heap", "load s", "restart-to-ready s", "LIST page p50 / p99 ms (pages)", "whole paged LIST s", "router RSS", "move a quarter", "LIST pages refused (retried)"], &rows);
+    let refused: Vec<(String, crate::list::Refusal)> = points.iter().flat_map(|p| p.refused.iter().map(move |r| (format!("N={} K={}", p.n, p.k), r.clone()))).collect();
+    s.line(crate::list::refusals_text(&refused));
     for (n, db) in store_sizes {
         s.line(format!("etcd's database at N = {n}: {} ({:.0} bytes per object).", mib(*db), db / *n as f64));
     }

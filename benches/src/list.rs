@@ -36,20 +36,48 @@ fn count_items(body: &[u8]) -> usize {
 
 /// One pass of a LIST: each page's time, the whole pass's, and the items it returned.
 pub struct Pass {
-    /// Milliseconds from each page's request to its last body byte.
+    /// Milliseconds from each page's request to its last body byte (a refused page's retries
+    /// and their waits included: a client would wait them too).
     pub pages_ms: Vec<f64>,
     /// Milliseconds from the first request to the last page's last byte.
     pub total_ms: f64,
     pub items: usize,
+    /// The refusals a page got before it was served ([`Refusal`]), in order.
+    pub refused: Vec<Refusal>,
+}
+
+/// A page the server refused with a status a client retries (429, 503, 504) and the Status
+/// message it gave; the page was asked again after the Retry-After it named.
+#[derive(Clone, Debug)]
+pub struct Refusal {
+    pub status: u16,
+    pub message: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.status, self.message)
+    }
+}
+
+/// How many times one page is asked again after a retryable refusal before the pass fails.
+const PAGE_RETRIES: usize = 5;
+
+/// The `message` of a Status body, or the body's first bytes when it is not one.
+fn status_message(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body).ok().and_then(|v| v["message"].as_str().map(str::to_owned)).unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned())
 }
 
 /// A LIST of `path` from `base`, `limit` items per page (0: unpaged), following continue tokens
 /// for at most `max_pages` pages (None: to the end). The clock stops when the last body has
-/// arrived; counting the items is the benchmark's work, not the server's.
+/// arrived; counting the items is the benchmark's work, not the server's. A page refused with
+/// 429, 503 or 504 is asked again after its Retry-After (as a client's reflector would), up to
+/// [`PAGE_RETRIES`] times, and each refusal is returned, so that the report says so; any other
+/// failure, or a page refused past the retries, fails the pass with the server's message.
 pub async fn list_pass(base: &str, path: &str, limit: usize, max_pages: Option<usize>) -> Pass {
     let c = http();
     let start = Instant::now();
-    let (mut bodies, mut pages_ms) = (Vec::new(), Vec::new());
+    let (mut bodies, mut pages_ms, mut refused) = (Vec::new(), Vec::new(), Vec::new());
     let mut token = None::<String>;
     loop {
         let q = match (&token, limit) {
@@ -58,9 +86,22 @@ pub async fn list_pass(base: &str, path: &str, limit: usize, max_pages: Option<u
             (None, _) => format!("{path}?limit={limit}"),
         };
         let page = Instant::now();
-        let r = c.get(format!("{base}{q}")).send().await.expect("list");
-        assert!(r.status().is_success(), "LIST {q}: {}", r.status());
-        let body = r.bytes().await.expect("list body");
+        let mut tries = 0;
+        let body = loop {
+            let r = c.get(format!("{base}{q}")).send().await.expect("list");
+            let status = r.status();
+            let retry_after = r.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(1);
+            let body = r.bytes().await.expect("list body");
+            if status.is_success() {
+                break body;
+            }
+            let refusal = Refusal { status: status.as_u16(), message: status_message(&body) };
+            let retryable = matches!(refusal.status, 429 | 503 | 504);
+            assert!(retryable && tries < PAGE_RETRIES, "LIST {q}: {refusal}, after {tries} retries (earlier refusals: {refused:?})");
+            refused.push(refusal);
+            tries += 1;
+            tokio::time::sleep(std::time::Duration::from_secs(retry_after.min(5))).await;
+        };
         pages_ms.push(page.elapsed().as_secs_f64() * 1000.0);
         let next = continue_token(&body);
         bodies.push(body);
@@ -70,23 +111,25 @@ pub async fn list_pass(base: &str, path: &str, limit: usize, max_pages: Option<u
         }
     }
     let total_ms = start.elapsed().as_secs_f64() * 1000.0;
-    Pass { pages_ms, total_ms, items: bodies.iter().map(|b| count_items(b)).sum() }
+    Pass { pages_ms, total_ms, items: bodies.iter().map(|b| count_items(b)).sum(), refused }
 }
 
-/// One LIST (paged: limit 500, following continue tokens): (milliseconds, items).
-async fn list_once(base: &str, path: &str, paged: bool) -> (f64, usize) {
-    let p = list_pass(base, path, if paged { 500 } else { 0 }, None).await;
-    (p.total_ms, p.items)
+/// One LIST (paged: limit 500, following continue tokens).
+async fn list_once(base: &str, path: &str, paged: bool) -> Pass {
+    list_pass(base, path, if paged { 500 } else { 0 }, None).await
 }
 
 /// LISTs from `a` and from `b` after one warm-up each, as interleaved pairs, for as many pairs
 /// as `budget` gives the goal, checking the item count every time. A pair is `batch` LISTs of
 /// each side, one by one in alternating order (a, b, a, b, … in even pairs, b, a, … in odd
 /// ones), so that both see the same machine; its ratio is the sum of b's times over the sum of
-/// a's. Returns each side's single LIST times and each pair's ratio.
-async fn time_side_by_side(a: &str, b: &str, path: &str, paged: bool, (budget, batch): (PairBudget, usize), want: usize) -> ([Vec<f64>; 2], Paired) {
-    list_once(a, path, paged).await;
-    list_once(b, path, paged).await;
+/// a's. Returns each side's single LIST times and each pair's ratio; pages refused and retried
+/// are added to `refused`, with the side's address.
+async fn time_side_by_side(a: &str, b: &str, path: &str, paged: bool, (budget, batch): (PairBudget, usize), want: usize, refused: &mut Vec<(String, Refusal)>) -> ([Vec<f64>; 2], Paired) {
+    for base in [a, b] {
+        let warm = list_once(base, path, paged).await;
+        refused.extend(warm.refused.into_iter().map(|r| (base.to_owned(), r)));
+    }
     let mut times = [Vec::new(), Vec::new()];
     let mut pairs = Paired::default();
     let mut i = 0;
@@ -96,7 +139,9 @@ async fn time_side_by_side(a: &str, b: &str, path: &str, paged: bool, (budget, b
         for _ in 0..batch {
             for side in order {
                 let base = [a, b][side];
-                let (ms, n) = list_once(base, path, paged).await;
+                let pass = list_once(base, path, paged).await;
+                refused.extend(pass.refused.into_iter().map(|r| (base.to_owned(), r)));
+                let (ms, n) = (pass.total_ms, pass.items);
                 assert_eq!(n, want, "LIST {path} (paged: {paged}) from {base} returned {n} items, not {want}");
                 sums[side] += ms;
                 times[side].push(ms);
@@ -154,13 +199,14 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
     let mut one_shard_rows = Vec::new();
     // At K=1, all pods paged: (the router's extra ms per page, the shard's ms per page).
     let mut page_cost = None;
+    let mut refused = Vec::new();
     for &k in &ks {
         let bar = ctx.spinner(&format!("list: K={k}"));
         let t = Topology::start(&ctx.router, &etcd.endpoint, k).await;
         for (name, path, paged, want) in cases.iter() {
             // A namespace LIST takes milliseconds: more pairs for a narrow interval.
             let budget = if *want < n { ns_budget } else { all_budget };
-            let ([mut base_ms, mut ms], pairs) = time_side_by_side(&one.url, &t.url, path, *paged, budget, *want).await;
+            let ([mut base_ms, mut ms], pairs) = time_side_by_side(&one.url, &t.url, path, *paged, budget, *want, &mut refused).await;
             let (base50, base_max) = (percentile(&mut base_ms, 0.5), percentile(&mut base_ms, 1.0));
             let (p50, max) = (percentile(&mut ms, 0.5), percentile(&mut ms, 1.0));
             if k == 1 && *paged && *want == n {
@@ -209,11 +255,22 @@ pub async fn run(ctx: &Ctx) -> (Section, Vec<(u32, f64)>) {
         s.line(format!("In this run, with one shard behind the router, a page of 500 pods took {shard:.2} ms from the shard alone and {extra:.2} ms more through the router (the p50s of the paged LIST of all pods, divided by its pages): the extra hop, a request and the page's bytes through one more pair of sockets.\n"));
     }
     s.line(profiles);
+    s.line(refusals_text(&refused));
     let series = [Series { label: "router, all pods unpaged".into(), points: scaling.iter().map(|(k, ms, _)| (*k as f64, *ms)).collect() }, Series { label: "one shard (timed beside it)".into(), points: scaling.iter().map(|(k, _, ms)| (*k as f64, *ms)).collect() }];
     if let Some(name) = ctx.plot("list-vs-shards.png", |p| line_plot(p, &format!("LIST of {n} pods vs shards behind the router"), "shards (K)", "p50 ms", &series)) {
         s.line(format!("![LIST time vs K](plots/{name})\n"));
     }
     (s, scaling.into_iter().map(|(k, ms, _)| (k, ms)).collect())
+}
+
+/// What the report says of the pages a server refused and the pass retried: that there were
+/// none, or each (a LIST that needed a retry is a finding, and its time includes the wait).
+pub fn refusals_text(refused: &[(String, Refusal)]) -> String {
+    if refused.is_empty() {
+        return "No page was refused (429, 503 or 504) in this scenario's LISTs.\n".to_owned();
+    }
+    let each: Vec<String> = refused.iter().map(|(base, r)| format!("{base}: {r}")).collect();
+    format!("**{} page{} refused and asked again after its Retry-After** (the LIST's time includes the wait): {}.\n", refused.len(), if refused.len() == 1 { " was" } else { "s were" }, each.join("; "))
 }
 
 #[cfg(test)]
@@ -226,5 +283,17 @@ mod tests {
         assert_eq!(continue_token(body).as_deref(), Some("abc"));
         assert_eq!(count_items(body), 2);
         assert_eq!(continue_token(br#"{"kind":"PodList","metadata":{"resourceVersion":"5"},"items":[]}"#), None);
+    }
+
+    #[test]
+    fn a_refusal_is_reported_with_the_status_message() {
+        let status = br#"{"kind":"Status","apiVersion":"v1","status":"Failure","message":"Timeout: Too large resource version: 9, current: 7","reason":"Timeout","code":504}"#;
+        assert_eq!(status_message(status), "Timeout: Too large resource version: 9, current: 7");
+        assert_eq!(status_message(b"upstream gone"), "upstream gone");
+        assert_eq!(refusals_text(&[]), "No page was refused (429, 503 or 504) in this scenario's LISTs.\n");
+        let r = Refusal { status: 504, message: status_message(status) };
+        let text = refusals_text(&[("N=1000000 K=8".into(), r.clone()), ("N=1000000 K=8".into(), r)]);
+        assert!(text.starts_with("**2 pages were refused"), "{text}");
+        assert!(text.contains("N=1000000 K=8: 504 (Timeout: Too large resource version: 9, current: 7)"), "{text}");
     }
 }

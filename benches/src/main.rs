@@ -23,6 +23,7 @@ mod node_axis;
 mod objects;
 mod profile;
 mod report;
+mod speed;
 mod store;
 mod watch;
 mod write;
@@ -236,6 +237,9 @@ async fn main() {
         std::process::exit(2);
     }
     let ctx = Ctx { router: cluster::build_router(), smoke: args.smoke, objects: args.objects.clone(), perf, topologies: args.topologies.clone(), ladders: args.ladders.clone(), compare_router: args.compare_router.clone(), plots, fonts: report::register_font(), progress: MultiProgress::new() };
+    // The machine's speed before any scenario (a smoke run's is a moment's, and means nothing).
+    let speed_window = std::time::Duration::from_millis(if args.smoke { 20 } else { 1000 });
+    let speed_before = speed::measure(speed_window);
     let started = Instant::now();
     let want = |name: &str| run_all || args.scenario == name;
     let mut sections = Vec::new();
@@ -296,6 +300,7 @@ async fn main() {
     if !memory_points.is_empty() {
         sections.push(scaling(&ctx, &memory_points, &list_points));
     }
+    let speed_after = speed::measure(speed_window);
     let objects = if args.objects.is_empty() { String::new() } else { format!(" --objects {}", args.objects.iter().map(usize::to_string).collect::<Vec<_>>().join(",")) };
     let command = format!("cargo run --release -p shardplane-benches -- {}{}{objects}{}", args.scenario, if args.smoke { " --smoke" } else { "" }, if perf { " --perf" } else { "" });
     let date = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC").to_string();
@@ -304,10 +309,11 @@ async fn main() {
         text.push_str("> **Smoke run**: tiny sizes and possibly a debug build. It checks that every scenario runs; its numbers mean nothing.\n\n");
     }
     text.push_str(&format!(
-        "- **Command**: `{command}` ({:.1} minutes)\n- **Machine**: {}; Debian 12; the store: {}, its data on /dev/shm unless a scenario says otherwise. Everything — etcd, the shards, the router and the load — shares these cores.\n- **Date**: {date}\n- **Minutes per scenario**: {}\n- Every figure below comes from this one run; variants are measured side by side against the same etcd and data. Where a scenario repeats a measurement, it reports the median (p50) of the repeats.\n\n",
+        "- **Command**: `{command}` ({:.1} minutes)\n- **Machine**: {}; Debian 12; the store: {}, its data on /dev/shm unless a scenario says otherwise. Everything — etcd, the shards, the router and the load — shares these cores.\n{}- **Date**: {date}\n- **Minutes per scenario**: {}\n- Every figure below comes from this one run; variants are measured side by side against the same etcd and data. Where a scenario repeats a measurement, it reports the median (p50) of the repeats.\n\n",
         started.elapsed().as_secs_f64() / 60.0,
         machine(),
         shardplane_testkit::store_description(),
+        speed::header_line(speed_before, speed_after, speed_window),
         laps.times.iter().map(|(name, took)| format!("{name} {:.1}", took.as_secs_f64() / 60.0)).collect::<Vec<_>>().join(", ")
     ));
     let targets: Vec<&report::Target> = sections.iter().flat_map(|s| &s.targets).collect();
