@@ -131,7 +131,7 @@ async fn measure(ctx: &Ctx, etcd: &str, n: usize, k: u32) -> GrowthPoint {
     let want = Kind::Pod.count_in(n);
     let warm = crate::list::list_pass(&t.url, "/api/v1/pods", 500, Some(1)).await;
     let pass = crate::list::list_pass(&t.url, "/api/v1/pods", 500, None).await;
-    let refused = warm.refused.into_iter().chain(pass.refused.iter().cloned()).collect();
+    let refused = warm.refused.into_iter().chain(pass.refused).collect();
     assert_eq!(pass.items, want, "paged LIST of all pods through the router at K={k}");
     let router_rss = rss_bytes(t.router_pid());
     let storage = Storage::connect(&[etcd.to_owned()]).await.expect("etcd");

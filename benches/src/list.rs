@@ -90,7 +90,7 @@ pub async fn list_pass(base: &str, path: &str, limit: usize, max_pages: Option<u
         let body = loop {
             let r = c.get(format!("{base}{q}")).send().await.expect("list");
             let status = r.status();
-            let retry_after = r.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(1);
+            let retry_after = shardplane_testkit::retry_after_seconds(r.headers());
             let body = r.bytes().await.expect("list body");
             if status.is_success() {
                 break body;

@@ -269,6 +269,12 @@ pub fn event_rv(e: &Value) -> u64 {
     e["object"]["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(0)
 }
 
+/// The seconds a refusal's `Retry-After` header asks a client to wait (1 when it names none, as
+/// upstream's 429s and 504s always name one), for a client that backs off as a reflector does.
+pub fn retry_after_seconds(headers: &reqwest::header::HeaderMap) -> u64 {
+    headers.get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(1)
+}
+
 /// A plain HTTP client (no proxies, no TLS).
 pub fn client() -> reqwest::Client {
     shardplane_http::outbound::client_builder().build().unwrap()

@@ -200,7 +200,7 @@ async fn follow(c: &TestShard, path: &str, stats: &Stats, stop: &AtomicBool) {
         if resp.status() != 200 {
             // Refused (a 429 while thousands of watches open at once): again after the server's
             // Retry-After, as a reflector backs off.
-            let after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse::<u64>().ok()).unwrap_or(1);
+            let after = crate::retry_after_seconds(resp.headers());
             tokio::time::sleep(Duration::from_secs(after.clamp(1, 10))).await;
             continue;
         }
