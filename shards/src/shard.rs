@@ -389,7 +389,8 @@ impl Shard {
     }
 
     /// The served cache of `info` once it has synced to `rv`, waiting at most `wait`: 504 (too
-    /// large a resourceVersion) if it has not by then. A cache that ends while it is awaited
+    /// large a resourceVersion) if it has not by then, or 429 with Retry-After if it has not
+    /// even loaded (a shard just started, or relisting). A cache that ends while it is awaited
     /// (its CustomResourceDefinition changed and a new cache replaced it) is left for the one
     /// that replaced it, which is waited for in the time that is left.
     pub async fn synced(&self, info: &ResourceInfo, rv: u64, wait: Duration) -> Result<Arc<Served>, ApiError> {
@@ -398,7 +399,7 @@ impl Shard {
         loop {
             let served = self.served(info)?;
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let waited = async { served.cache.wait_synced(rv, left).await.map_err(|cur| ApiError::too_large_resource_version(rv, cur)) };
+            let waited = async { served.cache.wait_synced(rv, left).await.map_err(|e| crate::read::cache_err(e, false)) };
             // The same ended cache again (nothing replaced it: the shard is stopping): waited
             // for without looking for another.
             if ended.as_ref().is_some_and(|e| Arc::ptr_eq(e, &served)) {

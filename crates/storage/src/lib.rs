@@ -12,6 +12,7 @@
 mod compaction;
 mod companions;
 mod endpoints;
+mod history_floor;
 pub mod maintenance;
 pub mod contract;
 pub mod follow;
@@ -187,6 +188,8 @@ pub struct Storage {
     endpoints: std::sync::Arc<endpoints::Endpoints>,
     /// Leases for objects that expire, shared (RFC 0015).
     ttl_leases: std::sync::Arc<ttl_leases::TtlLeases>,
+    /// The last floor [`Storage::history_floor`] found, shared by every clone.
+    history_floor: std::sync::Arc<tokio::sync::Mutex<Option<history_floor::Floor>>>,
 }
 
 impl Storage {
@@ -252,7 +255,7 @@ impl Storage {
 
     fn over(clients: Vec<Client>) -> Self {
         let first = std::process::id() as usize;
-        Self { endpoints: std::sync::Arc::new(endpoints::Endpoints::new(clients, first)), ttl_leases: Default::default() }
+        Self { endpoints: std::sync::Arc::new(endpoints::Endpoints::new(clients, first)), ttl_leases: Default::default(), history_floor: Default::default() }
     }
 
     /// Runs a read, or a request whose repetition does no harm, on the member in use, moving to
@@ -426,7 +429,15 @@ impl Storage {
         // Opening a watch has no effect on the store: safe on any member. A watch etcd
         // refused (a compacted start) is an answer, returned as it is.
         let endpoints = &self.endpoints;
-        let (opened, _) = endpoints.call_on_member(endpoints::Repeat::Safe, |member, c| RangeWatch::open(c, start, end, after_revision, (endpoints.clone(), member))).await.map_err(|e| compacted_or(e, after_revision))?;
+        let (opened, _) = endpoints.call_on_member(endpoints::Repeat::Safe, |member, c| RangeWatch::open(c, (start, end, true), after_revision, (endpoints.clone(), member))).await.map_err(|e| compacted_or(e, after_revision))?;
+        opened
+    }
+
+    /// A watch of every key after `after_revision` without previous values: for counting
+    /// changes ([`Storage::history_floor`]).
+    pub(crate) async fn watch_counting(&self, after_revision: u64) -> Result<RangeWatch> {
+        let endpoints = &self.endpoints;
+        let (opened, _) = endpoints.call_on_member(endpoints::Repeat::Safe, |member, c| RangeWatch::open(c, (b"\0", b"\0", false), after_revision, (endpoints.clone(), member))).await.map_err(|e| compacted_or(e, after_revision))?;
         opened
     }
 }

@@ -5,6 +5,9 @@ use crate::{Kv, Result, StorageError};
 use std::sync::Arc;
 use etcd_client::{EventType, WatchOptions, WatchResponseStream, WatchRequestSender};
 
+/// The largest watch message accepted (etcd's Go client's default, `math.MaxInt32`).
+const WATCH_MESSAGE_MAX: usize = i32::MAX as usize;
+
 /// One change of one key.
 #[derive(Clone, Debug)]
 pub struct WatchEvent {
@@ -34,15 +37,19 @@ pub struct RangeWatch {
 }
 
 impl RangeWatch {
-    /// Opens the watch on `client`, the member `on` names. The outer error is the transport's
-    /// (the caller may try another member); the inner one etcd's answer (a compacted start).
-    pub(crate) async fn open(client: etcd_client::Client, start: &[u8], end: &[u8], after_revision: u64, on: (Arc<Endpoints>, usize)) -> std::result::Result<Result<Self>, etcd_client::Error> {
-        let opts = WatchOptions::new()
-            .with_range(end.to_vec())
-            .with_start_revision(after_revision as i64 + 1)
-            .with_prev_key()
-            .with_progress_notify();
-        let ws = client.watch_client().watch(start.to_vec(), Some(opts)).await?;
+    /// Opens the watch of `[start, end)` (with previous values when `prev_kv`) on `client`, the
+    /// member `on` names. The outer error is the transport's (the caller may try another
+    /// member); the inner one etcd's answer (a compacted start).
+    pub(crate) async fn open(client: etcd_client::Client, (start, end, prev_kv): (&[u8], &[u8], bool), after_revision: u64, on: (Arc<Endpoints>, usize)) -> std::result::Result<Result<Self>, etcd_client::Error> {
+        let mut opts = WatchOptions::new().with_range(end.to_vec()).with_start_revision(after_revision as i64 + 1).with_progress_notify();
+        if prev_kv {
+            opts = opts.with_prev_key();
+        }
+        // etcd sends a catching-up watch up to 1,000 revisions a message, as large as they are;
+        // gRPC's default 4 MiB bound made such a watch fail on every attempt (a history of
+        // large transactions). etcd's own client accepts up to 2 GiB, and so does this one:
+        // the size is etcd's to bound.
+        let ws = client.watch_client().max_decoding_message_size(WATCH_MESSAGE_MAX).watch(start.to_vec(), Some(opts)).await?;
         let (sender, mut stream) = ws.split();
         // The first response confirms creation (or says why not).
         match stream.message().await? {

@@ -19,8 +19,10 @@ use tokio::sync::{mpsc, oneshot};
 /// that, which may show the range, get 410 (those after a shard's death resume within its
 /// lease, seconds).
 pub const BACKFILL: Duration = Duration::from_secs(30);
-/// How many revisions back a cache that has just listed reads its keys' history from etcd.
-pub const HISTORY_ON_LOAD: u64 = 10_000;
+/// How far back a cache that has just listed reads its keys' history from etcd: as far as the
+/// store's last this many changes (of every key) reach. Bounded by changes, not revisions,
+/// because that is what the read costs etcd (`Storage::history_floor`, RFC 0016).
+pub const HISTORY_ON_LOAD: usize = 10_000;
 /// Keys read per page of a load.
 const PAGE: i64 = 50;
 
@@ -97,14 +99,20 @@ fn new_key(group: &str, plural: &str, followed: &RangeSet, key: &[u8]) -> bool {
     parse_object_key(group, plural, key).is_some_and(|(h, _, _)| !followed.contains(h))
 }
 
-/// For a list at `rev`: the followed keys' changes of the last [`HISTORY_ON_LOAD`] revisions
-/// (back to etcd's compaction at most), and the revision they start after, for the cache's
-/// history ([`WatchCache::replace_with_past`]), so that a client resuming a watch from an RV it
-/// had before this shard started (or relisted) is served, not sent 410. Best effort: without
-/// them (`rev` and nothing) the history simply starts at `rev`.
+/// For a list at `rev`: the followed keys' changes among the store's last [`HISTORY_ON_LOAD`]
+/// changes (back to etcd's compaction at most), and the revision they start after, for the
+/// cache's history ([`WatchCache::replace_with_past`]), so that a client resuming a watch from
+/// an RV it had before this shard started (or relisted) is served, not sent 410. Best effort:
+/// without them (`rev` and nothing) the history simply starts at `rev`.
 pub(crate) async fn past_on_load(storage: &Storage, codec: &ObjectCodec, range: &KeyRange, rev: u64) -> (u64, Vec<PastChange>) {
     let (start, end) = range.hull();
-    let mut from = rev.saturating_sub(HISTORY_ON_LOAD).max(1);
+    let mut from = match storage.history_floor(rev, HISTORY_ON_LOAD).await {
+        Ok(floor) => floor.max(1),
+        Err(e) => {
+            tracing::debug!(resource = %range.plural, error = %e, "no history read on load");
+            return (rev, Vec::new());
+        }
+    };
     for _ in 0..2 {
         if from >= rev {
             break;

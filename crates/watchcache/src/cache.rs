@@ -559,17 +559,21 @@ impl WatchCache {
     }
 
     /// Waits until the synced revision reaches `rv`, asking the reflector for etcd progress every
-    /// 100 ms meanwhile (as kube-apiserver does). Err carries the revision reached at the deadline.
-    pub async fn wait_synced(&self, rv: u64, timeout: Duration) -> Result<(), u64> {
+    /// 100 ms meanwhile (as kube-apiserver does). At the deadline: [`CacheError::TooNew`] with the
+    /// revision reached, or [`CacheError::NotReady`] if the cache has not loaded yet.
+    pub async fn wait_synced(&self, rv: u64, timeout: Duration) -> Result<(), CacheError> {
         let mut rx = self.synced_tx.subscribe();
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let cur = *rx.borrow_and_update();
-            if cur >= rv && self.ready() {
+            let ready = self.ready();
+            if cur >= rv && ready {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(cur);
+                // A cache still loading is not behind: it is not there yet (upstream's 429
+                // "storage is (re)initializing", not a 504 naming revision 0).
+                return Err(if ready { CacheError::TooNew { requested: rv, current: cur } } else { CacheError::NotReady });
             }
             self.progress_wanted.notify_one();
             let tick = tokio::time::sleep(Duration::from_millis(100).min(deadline - tokio::time::Instant::now()));

@@ -471,3 +471,15 @@ fn one_revision_may_change_several_keys() {
     let want: Vec<_> = [("DELETED", "a", 11), ("DELETED", "b", 11), ("DELETED", "c", 11), ("ADDED", "d", 12), ("ADDED", "e", 12)].iter().map(|(k, n, r)| (*k, n.to_string(), *r)).collect();
     assert_eq!(got, want);
 }
+
+/// A read waiting for a revision tells a cache that has not loaded (429 upstream) from one that
+/// is behind (504): a shard just started must not answer "too large resource version ...,
+/// current: 0" for its whole load.
+#[tokio::test(start_paused = true)]
+async fn waiting_on_a_cache_tells_not_loaded_from_behind() {
+    let cache = WatchCache::new(CacheConfig::default());
+    assert!(matches!(cache.wait_synced(5, Duration::from_secs(3)).await, Err(CacheError::NotReady)));
+    cache.replace(vec![obj("a", "x", "red", 4)], 4);
+    assert!(matches!(cache.wait_synced(5, Duration::from_secs(3)).await, Err(CacheError::TooNew { requested: 5, current: 4 })));
+    assert!(cache.wait_synced(4, Duration::from_secs(3)).await.is_ok());
+}

@@ -1,0 +1,128 @@
+//! How far back a read of the store's recent history may reach for a bounded cost (RFC 0016).
+//!
+//! etcd finds a catching-up watch's events by reading every revision of its span and keeping
+//! those in its keys, so a watch from revision F costs as much as every change after F, of
+//! every key, whatever range it watches. A reader that wants the last changes of its keys must
+//! bound its span by the store's changes, not by revisions: a store written 60 keys per
+//! transaction holds 600,000 changes in 10,000 revisions. [`Storage::history_floor`] finds the
+//! revision after which the store's last `most` changes lie, reading newest first in growing
+//! spans; the answer is kept for [`FLOOR_KEPT`], so the caches of one process, which load
+//! together, ask etcd once.
+
+use crate::{Result, Storage, StorageError, WatchItem};
+use std::time::{Duration, Instant};
+
+/// How long a floor found is used again (for an answer up to that revision) before it is
+/// looked for anew.
+const FLOOR_KEPT: Duration = Duration::from_secs(10);
+/// The first span read back from the top, in revisions.
+const FIRST_SPAN: u64 = 64;
+/// How long reading one span may take.
+const SPAN_WITHIN: Duration = Duration::from_secs(10);
+
+/// A floor looked for: the store's last `most` changes, when it was found, were those after
+/// `floor` (or why it could not be found).
+#[derive(Clone, Debug)]
+pub(crate) struct Floor {
+    found: Instant,
+    most: usize,
+    floor: std::result::Result<u64, String>,
+}
+
+impl Storage {
+    /// The revision F such that the store (every key) changed at most `most` times after F up to
+    /// revision `to`: a watch from F is as cheap for etcd as reading `most` changes. Back to
+    /// etcd's compaction at most (then the compaction revision); 0 when the whole history fits.
+    /// A floor found for `most` in the last [`FLOOR_KEPT`] is answered again: for a later `to`
+    /// it also lets in the changes since, which are those of seconds, and the caches of a
+    /// process, loading one after another while the store moves on, ask etcd once.
+    pub async fn history_floor(&self, to: u64, most: usize) -> Result<u64> {
+        let mut kept = self.history_floor.lock().await;
+        if let Some(f) = kept.as_ref()
+            && f.most == most
+            && f.found.elapsed() < FLOOR_KEPT
+        {
+            match &f.floor {
+                Ok(floor) if *floor <= to => return Ok(*floor),
+                Ok(_) => {}
+                // A failure is kept too: the callers waiting on this lock would each wait out
+                // the same failure in turn.
+                Err(e) => return Err(StorageError::Etcd(format!("finding the history floor failed under {FLOOR_KEPT:?} ago: {e}"))),
+            }
+        }
+        // Held while etcd is read: callers at the same moment wait for this answer.
+        let floor = self.find_floor(to, most).await;
+        tracing::debug!(to, most, floor = ?floor, "history floor");
+        *kept = Some(Floor { found: Instant::now(), most, floor: floor.as_ref().copied().map_err(ToString::to_string) });
+        floor
+    }
+
+    /// Reads spans back from `to`, newest first, each sized from what the ones before held,
+    /// until they hold `most` changes.
+    async fn find_floor(&self, to: u64, most: usize) -> Result<u64> {
+        let (mut hi, mut span, mut seen) = (to, FIRST_SPAN, 0usize);
+        while hi > 0 {
+            let lo = hi.saturating_sub(span);
+            let per_revision = match self.changes_per_revision(lo, hi).await {
+                Ok(counts) => counts,
+                // Nothing before the compaction can be read: the history starts there.
+                Err(StorageError::Compacted { compacted, .. }) => return Ok(compacted.max(lo)),
+                Err(e) => return Err(e),
+            };
+            // Newest first: the floor is the first revision whose changes do not all fit.
+            for &(revision, n) in per_revision.iter().rev() {
+                if seen + n > most {
+                    return Ok(revision);
+                }
+                seen += n;
+            }
+            // The next span: what the rest would take at the density seen so far, with a
+            // quarter more; four times this one at most (or when nothing was seen).
+            let read = to - lo;
+            let wanted = if seen == 0 { u64::MAX } else { ((most - seen) as u64).saturating_mul(read) / seen as u64 * 5 / 4 };
+            span = wanted.clamp(FIRST_SPAN, span.saturating_mul(4));
+            hi = lo;
+        }
+        Ok(0)
+    }
+
+    /// How many keys changed at each revision of `(lo, hi]`, in revision order (revisions with
+    /// no change to any key do not occur: every etcd revision is a write).
+    async fn changes_per_revision(&self, lo: u64, hi: u64) -> Result<Vec<(u64, usize)>> {
+        let read = async {
+            let mut out: Vec<(u64, usize)> = Vec::new();
+            // Every key ("\0" to "\0"), no previous values: only the count is wanted.
+            let mut watch = self.watch_counting(lo).await?;
+            // etcd answers a progress request only once the watch has sent its history, so the
+            // first mark at or past `hi` says every change up to it has arrived; it drops
+            // requests made before then, so they are repeated.
+            let mut ask = tokio::time::interval(Duration::from_millis(50));
+            loop {
+                let item = tokio::select! {
+                    item = watch.next() => item?,
+                    _ = ask.tick() => {
+                        watch.request_progress().await?;
+                        continue;
+                    }
+                };
+                match item {
+                    Some(WatchItem::Events(events)) => {
+                        for e in events {
+                            if e.revision > hi {
+                                return Ok(out);
+                            }
+                            match out.last_mut() {
+                                Some((r, n)) if *r == e.revision => *n += 1,
+                                _ => out.push((e.revision, 1)),
+                            }
+                        }
+                    }
+                    Some(WatchItem::Progress(r)) if r >= hi => return Ok(out),
+                    Some(WatchItem::Progress(_)) => {}
+                    None => return Err(StorageError::Etcd("watch stream ended".into())),
+                }
+            }
+        };
+        tokio::time::timeout(SPAN_WITHIN, read).await.map_err(|_| StorageError::Etcd(format!("counting the changes after {lo} took over {SPAN_WITHIN:?}")))?
+    }
+}
