@@ -12,7 +12,7 @@
 mod compaction;
 mod companions;
 mod endpoints;
-mod history_floor;
+mod history;
 pub mod maintenance;
 pub mod contract;
 pub mod follow;
@@ -189,7 +189,7 @@ pub struct Storage {
     /// Leases for objects that expire, shared (RFC 0015).
     ttl_leases: std::sync::Arc<ttl_leases::TtlLeases>,
     /// The last floor [`Storage::history_floor`] found, shared by every clone.
-    history_floor: std::sync::Arc<tokio::sync::Mutex<Option<history_floor::Floor>>>,
+    history_floor: std::sync::Arc<tokio::sync::Mutex<Option<history::Floor>>>,
 }
 
 impl Storage {
@@ -426,18 +426,15 @@ impl Storage {
 
     /// Opens a watch of `[start, end)` delivering every change after `after_revision`.
     pub async fn watch_range(&self, start: &[u8], end: &[u8], after_revision: u64) -> Result<RangeWatch> {
+        self.open_watch(start, end, true, after_revision).await
+    }
+
+    /// [`Storage::watch_range`], with previous values only when `prev_kv`.
+    pub(crate) async fn open_watch(&self, start: &[u8], end: &[u8], prev_kv: bool, after_revision: u64) -> Result<RangeWatch> {
         // Opening a watch has no effect on the store: safe on any member. A watch etcd
         // refused (a compacted start) is an answer, returned as it is.
         let endpoints = &self.endpoints;
-        let (opened, _) = endpoints.call_on_member(endpoints::Repeat::Safe, |member, c| RangeWatch::open(c, (start, end, true), after_revision, (endpoints.clone(), member))).await.map_err(|e| compacted_or(e, after_revision))?;
-        opened
-    }
-
-    /// A watch of every key after `after_revision` without previous values: for counting
-    /// changes ([`Storage::history_floor`]).
-    pub(crate) async fn watch_counting(&self, after_revision: u64) -> Result<RangeWatch> {
-        let endpoints = &self.endpoints;
-        let (opened, _) = endpoints.call_on_member(endpoints::Repeat::Safe, |member, c| RangeWatch::open(c, (b"\0", b"\0", false), after_revision, (endpoints.clone(), member))).await.map_err(|e| compacted_or(e, after_revision))?;
+        let (opened, _) = endpoints.call_on_member(endpoints::Repeat::Safe, |member, c| RangeWatch::open(c, (start, end, prev_kv), after_revision, (endpoints.clone(), member))).await.map_err(|e| compacted_or(e, after_revision))?;
         opened
     }
 }

@@ -10,7 +10,7 @@ use crate::object::{CachedObject, ObjectCodec};
 use crate::reflector::{decode_all, KeyRange};
 use shardplane_keyspace::etcd_layout::{parse_object_key, range_keys};
 use shardplane_keyspace::{HashRange, RangeSet};
-use shardplane_storage::{RangeReader, Storage, StorageError, WatchItem};
+use shardplane_storage::{RangeReader, Storage, StorageError};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -193,46 +193,18 @@ const PAST_WITHIN: Duration = Duration::from_secs(10);
 /// key; an error if etcd has compacted them away, cannot be read, or a change cannot be decoded.
 pub(crate) async fn past_changes(storage: &Storage, codec: &ObjectCodec, start: &[u8], end: &[u8], from: u64, to: u64) -> Result<Vec<(Vec<u8>, PastChange)>, StorageError> {
     let mut out = Vec::new();
-    if from >= to {
-        return Ok(out);
-    }
     let decode = |bytes: &[u8], rv: u64| codec.decode(bytes, rv).map_err(|e| StorageError::Etcd(format!("undecodable past change: {e}")));
-    let read = async {
-        let mut watch = storage.watch_range(start, end, from).await?;
-        // etcd answers a progress request only once the watch has sent its history, so the
-        // first mark at or past `to` says every change up to `to` has arrived; it drops
-        // requests made before then, so they are repeated.
-        let mut ask = tokio::time::interval(Duration::from_millis(50));
-        loop {
-            let item = tokio::select! {
-                item = watch.next() => item?,
-                _ = ask.tick() => {
-                    watch.request_progress().await?;
-                    continue;
-                }
+    storage
+        .changes_between((start, end, true), (from, to), PAST_WITHIN, |e| {
+            let prev = e.prev.as_ref().map(|p| decode(&p.value, p.mod_revision)).transpose()?;
+            let object = match (e.deleted, &e.prev) {
+                (false, _) => decode(&e.kv.value, e.revision)?,
+                (true, Some(p)) => decode(&p.value, e.revision)?,
+                (true, None) => return Err(StorageError::Etcd("a past delete came without its object".into())),
             };
-            match item {
-                Some(WatchItem::Events(events)) => {
-                    for e in events {
-                        if e.revision > to {
-                            return Ok(());
-                        }
-                        let prev = e.prev.as_ref().map(|p| decode(&p.value, p.mod_revision)).transpose()?;
-                        let object = match (e.deleted, &e.prev) {
-                            (false, _) => decode(&e.kv.value, e.revision)?,
-                            (true, Some(p)) => decode(&p.value, e.revision)?,
-                            (true, None) => return Err(StorageError::Etcd("a past delete came without its object".into())),
-                        };
-                        out.push((e.kv.key, PastChange { object, prev, deleted: e.deleted }));
-                    }
-                }
-                Some(WatchItem::Progress(r)) if r >= to => return Ok(()),
-                Some(WatchItem::Progress(_)) => {}
-                None => return Err(StorageError::Etcd("watch stream ended".into())),
-            }
-        }
-    };
-    tokio::time::timeout(PAST_WITHIN, read).await.map_err(|_| StorageError::Etcd(format!("reading changes after {from} took over {PAST_WITHIN:?}")))??;
+            out.push((e.kv.key, PastChange { object, prev, deleted: e.deleted }));
+            Ok(())
+        })
+        .await?;
     Ok(out)
 }
-

@@ -1,23 +1,25 @@
-//! How far back a read of the store's recent history may reach for a bounded cost (RFC 0016).
+//! Reading a span of the store's history: every change of a key range between two revisions
+//! ([`Storage::changes_between`]), and how far back such a read may reach for a bounded cost
+//! ([`Storage::history_floor`], RFC 0016).
 //!
 //! etcd finds a catching-up watch's events by reading every revision of its span and keeping
 //! those in its keys, so a watch from revision F costs as much as every change after F, of
 //! every key, whatever range it watches. A reader that wants the last changes of its keys must
 //! bound its span by the store's changes, not by revisions: a store written 60 keys per
-//! transaction holds 600,000 changes in 10,000 revisions. [`Storage::history_floor`] finds the
-//! revision after which the store's last `most` changes lie, reading newest first in growing
-//! spans; the answer is kept for [`FLOOR_KEPT`], so the caches of one process, which load
-//! together, ask etcd once.
+//! transaction holds 600,000 changes in 10,000 revisions. The floor is the revision after which
+//! the store's last `most` changes lie, found by reading newest first in growing spans; the
+//! answer is kept for [`FLOOR_KEPT`], so the caches of one process, which load together, ask
+//! etcd once.
 
-use crate::{Result, Storage, StorageError, WatchItem};
+use crate::{Result, Storage, StorageError, WatchEvent, WatchItem};
 use std::time::{Duration, Instant};
 
-/// How long a floor found is used again (for an answer up to that revision) before it is
-/// looked for anew.
+/// How long a floor found (or a failure to find one) is answered again before it is looked
+/// for anew.
 const FLOOR_KEPT: Duration = Duration::from_secs(10);
 /// The first span read back from the top, in revisions.
 const FIRST_SPAN: u64 = 64;
-/// How long reading one span may take.
+/// How long counting one span may take.
 const SPAN_WITHIN: Duration = Duration::from_secs(10);
 
 /// A floor looked for: the store's last `most` changes, when it was found, were those after
@@ -89,12 +91,31 @@ impl Storage {
     /// How many keys changed at each revision of `(lo, hi]`, in revision order (revisions with
     /// no change to any key do not occur: every etcd revision is a write).
     async fn changes_per_revision(&self, lo: u64, hi: u64) -> Result<Vec<(u64, usize)>> {
+        let mut out: Vec<(u64, usize)> = Vec::new();
+        // Every key ("\0" to "\0"), no previous values: only the count is wanted.
+        self.changes_between((b"\0", b"\0", false), (lo, hi), SPAN_WITHIN, |e| {
+            match out.last_mut() {
+                Some((r, n)) if *r == e.revision => *n += 1,
+                _ => out.push((e.revision, 1)),
+            }
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Hands `each` every change of `[start, end)` (with its previous value when `prev_kv`)
+    /// after revision `from` up to `to`, in revision order. An error if etcd has compacted them
+    /// away ([`StorageError::Compacted`]), they cannot all be read within `within`, or `each`
+    /// fails.
+    pub async fn changes_between(&self, (start, end, prev_kv): (&[u8], &[u8], bool), (from, to): (u64, u64), within: Duration, mut each: impl FnMut(WatchEvent) -> Result<()>) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
         let read = async {
-            let mut out: Vec<(u64, usize)> = Vec::new();
-            // Every key ("\0" to "\0"), no previous values: only the count is wanted.
-            let mut watch = self.watch_counting(lo).await?;
+            let mut watch = self.open_watch(start, end, prev_kv, from).await?;
             // etcd answers a progress request only once the watch has sent its history, so the
-            // first mark at or past `hi` says every change up to it has arrived; it drops
+            // first mark at or past `to` says every change up to it has arrived; it drops
             // requests made before then, so they are repeated.
             let mut ask = tokio::time::interval(Duration::from_millis(50));
             loop {
@@ -108,21 +129,18 @@ impl Storage {
                 match item {
                     Some(WatchItem::Events(events)) => {
                         for e in events {
-                            if e.revision > hi {
-                                return Ok(out);
+                            if e.revision > to {
+                                return Ok(());
                             }
-                            match out.last_mut() {
-                                Some((r, n)) if *r == e.revision => *n += 1,
-                                _ => out.push((e.revision, 1)),
-                            }
+                            each(e)?;
                         }
                     }
-                    Some(WatchItem::Progress(r)) if r >= hi => return Ok(out),
+                    Some(WatchItem::Progress(r)) if r >= to => return Ok(()),
                     Some(WatchItem::Progress(_)) => {}
                     None => return Err(StorageError::Etcd("watch stream ended".into())),
                 }
             }
         };
-        tokio::time::timeout(SPAN_WITHIN, read).await.map_err(|_| StorageError::Etcd(format!("counting the changes after {lo} took over {SPAN_WITHIN:?}")))?
+        tokio::time::timeout(within, read).await.map_err(|_| StorageError::Etcd(format!("reading the changes after {from} took over {within:?}")))?
     }
 }
