@@ -30,6 +30,7 @@ mod watch;
 pub use compaction::run_compactor;
 pub use companions::{Companion, Primary};
 pub use contract::{StorageContract, Stores};
+pub use history::HistoryBound;
 pub use watch::{ProgressRequester, RangeWatch, RangeWatchStream, WatchEvent, WatchItem};
 
 use bytes::Bytes;

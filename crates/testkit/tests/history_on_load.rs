@@ -7,70 +7,90 @@
 
 use shardplane_keyspace::etcd_layout::object_key;
 use shardplane_keyspace::{ObjectKey, RangeSet};
-use shardplane_storage::{Companion, Primary, Storage};
+use shardplane_storage::{Companion, HistoryBound, Primary, Storage};
 use shardplane_testkit::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Writes `n` keys under `prefix` in one transaction; returns its revision.
-async fn write_batch(storage: &Storage, prefix: &str, n: usize, value: impl Fn(&str) -> Vec<u8>) -> u64 {
+/// Writes `n` keys under `prefix` in one transaction; returns its revision, and the bytes of
+/// the keys and values written.
+async fn write_batch(storage: &Storage, prefix: &str, n: usize, value: impl Fn(&str) -> Vec<u8>) -> (u64, usize) {
     let key = |i: usize| format!("{prefix}-{i}");
     let companions: Vec<Companion> = (1..n).map(|i| Companion::Create { key: key(i).into_bytes(), value: value(&key(i)) }).collect();
-    storage.commit(&Primary::Create { key: key(0).into_bytes(), value: value(&key(0)) }, &companions).await.unwrap()
+    let bytes = (0..n).map(|i| key(i).len() + value(&key(i)).len()).sum();
+    (storage.commit(&Primary::Create { key: key(0).into_bytes(), value: value(&key(0)) }, &companions).await.unwrap(), bytes)
 }
 
-/// The floor the model gives: the revision after which at most `most` of the changes lie,
-/// counting from the newest (0 when all of them fit).
-fn model_floor(changes: &BTreeMap<u64, usize>, most: usize) -> u64 {
-    let mut seen = 0;
-    for (&revision, &n) in changes.iter().rev() {
-        if seen + n > most {
+/// What each revision wrote: how many changes, how many bytes.
+type Model = BTreeMap<u64, (usize, usize)>;
+
+/// The floor the model gives: the revision after which the newest changes fit `most`
+/// (0 when all of them do).
+fn model_floor(changes: &Model, most: HistoryBound) -> u64 {
+    let (mut seen, mut bytes) = (0, 0);
+    for (&revision, &(n, b)) in changes.iter().rev() {
+        if seen + n > most.changes || bytes + b > most.bytes {
             return revision;
         }
         seen += n;
+        bytes += b;
     }
     0
+}
+
+/// One write of `key`, in the model.
+async fn write_one(storage: &Storage, changes: &mut Model, key: String, value: Vec<u8>) {
+    let bytes = key.len() + value.len();
+    changes.insert(storage.create(key.as_bytes(), value).await.unwrap(), (1, bytes));
+}
+
+fn bound(changes: usize, bytes: usize) -> HistoryBound {
+    HistoryBound { changes, bytes }
 }
 
 #[tokio::test]
 async fn the_history_floor_counts_the_store_changes_not_its_revisions() {
     let etcd = Etcd::start().await;
     let storage = Storage::connect(std::slice::from_ref(&etcd.endpoint)).await.unwrap();
-    // Transactions of 1 to 40 keys in a fixed pseudo-random order, then single writes: spans
-    // of very different density, as a bulk import followed by ordinary traffic writes them.
-    let mut changes = BTreeMap::new();
+    // Transactions of 1 to 40 keys of values up to 3 KB in a fixed pseudo-random order, then
+    // single writes: spans of very different density, as a bulk import followed by ordinary
+    // traffic writes them.
+    let mut changes = Model::new();
     let mut x: u64 = 7;
     for t in 0..120 {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let n = 1 + (x >> 33) as usize % 40;
-        changes.insert(write_batch(&storage, &format!("/t/{t}"), n, |_| b"v".to_vec()).await, n);
+        let (n, size) = (1 + (x >> 33) as usize % 40, (x >> 45) as usize % 3000);
+        let (revision, bytes) = write_batch(&storage, &format!("/t/{t}"), n, |_| vec![b'v'; size]).await;
+        changes.insert(revision, (n, bytes));
     }
     for i in 0..150 {
-        changes.insert(storage.create(format!("/single/{i}").as_bytes(), b"v".to_vec()).await.unwrap(), 1);
+        write_one(&storage, &mut changes, format!("/single/{i}"), b"v".to_vec()).await;
     }
     let top = *changes.keys().last().unwrap();
-    let total: usize = changes.values().sum();
+    let total: usize = changes.values().map(|(n, _)| n).sum();
+    let total_bytes: usize = changes.values().map(|(_, b)| b).sum();
     // The keys written are every change the store has (each test has a store of its own).
-    for most in [1, 63, 64, 150, 151, 400, 1_000, total - 1, total, total + 5] {
+    let any = usize::MAX;
+    for most in [bound(1, any), bound(63, any), bound(64, any), bound(150, any), bound(151, any), bound(400, any), bound(1_000, any), bound(total - 1, any), bound(total, any), bound(total + 5, any), bound(any, 1), bound(any, 10_000), bound(any, 100_000), bound(500, 50_000), bound(any, total_bytes - 1), bound(any, total_bytes)] {
         let floor = storage.history_floor(top, most).await.unwrap();
-        assert_eq!(floor, model_floor(&changes, most), "floor for the last {most} of {total} changes");
-        let after: usize = changes.range(floor + 1..).map(|(_, n)| n).sum();
-        assert!(after <= most, "{after} changes after the floor, more than {most}");
+        assert_eq!(floor, model_floor(&changes, most), "floor for {most:?} of {total} changes, {total_bytes} bytes");
+        let (after, after_bytes) = changes.range(floor + 1..).fold((0, 0), |(n, b), (_, (dn, db))| (n + dn, b + db));
+        assert!(after <= most.changes && after_bytes <= most.bytes, "{after} changes, {after_bytes} bytes after the floor, more than {most:?}");
     }
     // A floor found is answered again for a while, for a later revision too (the caches of a
     // shard ask one after another while the store moves on): 40 single writes later, the
     // floor for the last 150 changes is still the one found, not the model's new one.
-    let kept = storage.history_floor(top, 150).await.unwrap();
+    let kept = storage.history_floor(top, bound(150, any)).await.unwrap();
     for i in 0..40 {
-        changes.insert(storage.create(format!("/later/{i}").as_bytes(), b"v".to_vec()).await.unwrap(), 1);
+        write_one(&storage, &mut changes, format!("/later/{i}"), b"v".to_vec()).await;
     }
     let top = *changes.keys().last().unwrap();
-    assert_ne!(model_floor(&changes, 150), kept);
-    assert_eq!(storage.history_floor(top, 150).await.unwrap(), kept);
+    assert_ne!(model_floor(&changes, bound(150, any)), kept);
+    assert_eq!(storage.history_floor(top, bound(150, any)).await.unwrap(), kept);
     // Compacted history ends the reach: the floor is the compaction revision.
     let compacted = top - 100;
     storage.compact(compacted).await.unwrap();
-    let floor = storage.history_floor(top, total * 2).await.unwrap();
+    let floor = storage.history_floor(top, bound(total * 2, any)).await.unwrap();
     assert_eq!(floor, compacted);
 }
 
@@ -102,7 +122,7 @@ async fn a_restarted_shard_serves_watches_from_within_the_stores_last_changes() 
     let mut revisions = Vec::new();
     for t in 0..300 {
         let prefix = format!("{}-{t}", object_key(&ObjectKey::new("", "configmaps", "bulk", "cm")));
-        revisions.push(write_batch(&storage, &prefix, 50, |k| stored_configmap(k, 1024)).await);
+        revisions.push(write_batch(&storage, &prefix, 50, |k| stored_configmap(k, 1024)).await.0);
     }
     let mut config = test_config(&etcd, RangeSet::full());
     config.id = "restarted".into();

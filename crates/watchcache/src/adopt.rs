@@ -10,7 +10,7 @@ use crate::object::{CachedObject, ObjectCodec};
 use crate::reflector::{decode_all, KeyRange};
 use shardplane_keyspace::etcd_layout::{parse_object_key, range_keys};
 use shardplane_keyspace::{HashRange, RangeSet};
-use shardplane_storage::{RangeReader, Storage, StorageError};
+use shardplane_storage::{HistoryBound, RangeReader, Storage, StorageError};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -20,9 +20,11 @@ use tokio::sync::{mpsc, oneshot};
 /// lease, seconds).
 pub const BACKFILL: Duration = Duration::from_secs(30);
 /// How far back a cache that has just listed reads its keys' history from etcd: as far as the
-/// store's last this many changes (of every key) reach. Bounded by changes, not revisions,
-/// because that is what the read costs etcd (`Storage::history_floor`, RFC 0016).
-pub const HISTORY_ON_LOAD: usize = 10_000;
+/// store's last 10,000 changes (of every key) reach, or fewer if they wrote more than 64 MiB.
+/// Bounded by changes, not revisions, because that is what the read costs etcd; by bytes,
+/// because that is what the history holds (about twice them: each change with the state before
+/// it). `Storage::history_floor`, RFC 0016.
+pub const HISTORY_ON_LOAD: HistoryBound = HistoryBound { changes: 10_000, bytes: 64 << 20 };
 /// Keys read per page of a load.
 const PAGE: i64 = 50;
 
