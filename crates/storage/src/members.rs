@@ -179,12 +179,23 @@ impl Storage {
             }
             StorageError::from(e)
         };
-        let mut tick = tokio::time::interval((ttl / 3).max(Duration::from_millis(100)));
+        let period = (ttl / 3).max(Duration::from_millis(100));
+        let mut tick = tokio::time::interval(period);
+        // After a late tick, one keepalive, not a burst of the missed ones.
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let (mut ticked, mut answered) = (std::time::Instant::now(), std::time::Instant::now());
         loop {
             tokio::select! {
-                _ = tick.tick() => keeper.keep_alive().await.map_err(broken)?,
+                _ = tick.tick() => {
+                    let now = std::time::Instant::now();
+                    if now - ticked > period * 2 || now - answered > period * 2 {
+                        tracing::warn!(lease = format!("{lease:x}"), since_tick_ms = (now - ticked).as_millis() as u64, since_answer_ms = (now - answered).as_millis() as u64, "lease keepalive late");
+                    }
+                    ticked = now;
+                    keeper.keep_alive().await.map_err(broken)?
+                }
                 answer = stream.message() => match answer.map_err(broken)? {
-                    Some(a) if a.ttl() > 0 => {}
+                    Some(a) if a.ttl() > 0 => answered = std::time::Instant::now(),
                     _ => return Err(StorageError::Etcd(format!("lease {lease:x} expired"))),
                 },
                 _ = stop.cancelled() => return Ok(()),

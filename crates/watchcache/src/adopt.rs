@@ -90,7 +90,7 @@ async fn load_paced(storage: &Storage, codec: &ObjectCodec, group: &str, plural:
         let _turn = PAGE_TURN.acquire().await.expect("never closed");
         let began = Instant::now();
         let Some(kvs) = reader.next_page(storage).await? else { return Ok(out) };
-        out.extend(decode_all(codec, kvs.into_iter().filter(|kv| new_key(group, plural, followed, &kv.key))));
+        out.extend(decode_all(codec, kvs.into_iter().filter(|kv| new_key(group, plural, followed, &kv.key)).collect()).await);
         tokio::time::sleep(began.elapsed()).await;
     }
 }

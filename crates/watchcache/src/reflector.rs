@@ -121,7 +121,7 @@ impl Follower for Reflecting<'_> {
                 // Consumed here: the stored bytes must not outlive the decode (the follower
                 // runs for as long as the shard does and would keep a second copy of every
                 // object).
-                let objects = decode_all(codec, kvs.into_iter().filter(|kv| range.owns_key(&kv.key)));
+                let objects = decode_all(codec, kvs.into_iter().filter(|kv| range.owns_key(&kv.key)).collect()).await;
                 // The history before the list goes in with it, in one step (RFC 0016).
                 let (from, past) = adopt::past_on_load(self.storage, codec, range, revision).await;
                 cache.replace_with_past(objects, (revision, from), past);
@@ -159,8 +159,23 @@ impl Follower for Reflecting<'_> {
     }
 }
 
-pub(crate) fn decode_all(codec: &ObjectCodec, kvs: impl Iterator<Item = shardplane_storage::Kv>) -> Vec<crate::object::CachedObject> {
-    kvs.filter_map(|kv| codec.decode(&kv.value, kv.mod_revision).map_err(|e| tracing::error!(key = %String::from_utf8_lossy(&kv.key), error = %e, "skipping undecodable object")).ok()).collect()
+/// Decodes `kvs` on tokio's blocking pool, not on an async worker: a list of tens of thousands
+/// of objects is seconds of CPU, and with a load on each of a shard's workers no other task of
+/// the shard ran for as long, its membership lease's keepalive among them. The lease (10 s)
+/// ran out during loads and the shard dropped out of the membership (RFC 0006).
+pub(crate) async fn decode_all(codec: &ObjectCodec, kvs: Vec<shardplane_storage::Kv>) -> Vec<crate::object::CachedObject> {
+    let (codec, span) = (codec.clone(), tracing::Span::current());
+    let decode = move || {
+        let _in = span.enter();
+        kvs.into_iter().filter_map(|kv| codec.decode(&kv.value, kv.mod_revision).map_err(|e| tracing::error!(key = %String::from_utf8_lossy(&kv.key), error = %e, "skipping undecodable object")).ok()).collect()
+    };
+    match tokio::task::spawn_blocking(decode).await {
+        Ok(objects) => objects,
+        // A panic in a decoder goes on here, as it would have inline.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cancelled: the runtime is shutting down and drops this task too.
+        Err(_) => std::future::pending().await,
+    }
 }
 
 /// Records one change of the followed keys in the cache (a key outside them only moves the
