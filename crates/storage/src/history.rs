@@ -7,9 +7,9 @@
 //! every key, whatever range it watches. A reader that wants the last changes of its keys must
 //! bound its span by the store's changes, not by revisions: a store written 60 keys per
 //! transaction holds 600,000 changes in 10,000 revisions. The floor is the revision after which
-//! the store's last changes within a bound (of changes and bytes) lie, found by reading newest first in growing spans; the
-//! answer is kept for [`FLOOR_KEPT`], so the caches of one process, which load together, ask
-//! etcd once.
+//! the store's last changes within a bound (of changes and of bytes) lie, found by reading
+//! newest first in growing spans; the answer is kept for [`FLOOR_KEPT`], so the caches of one
+//! process, which load together, ask etcd once.
 
 use crate::{Result, Storage, StorageError, WatchEvent, WatchItem};
 use std::time::{Duration, Instant};
@@ -26,7 +26,9 @@ const SPAN_WITHIN: Duration = Duration::from_secs(10);
 /// any key, whose written values (keys included) come to at most this many bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HistoryBound {
+    /// Changes of any key, each key of a transaction counted once.
     pub changes: usize,
+    /// The bytes of the keys and values those changes wrote.
     pub bytes: usize,
 }
 
